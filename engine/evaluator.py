@@ -1,0 +1,83 @@
+"""The one interface between search and network: features in, policy logits and win probabilities out.
+
+Search code (self-play, USI) only sees `Evaluator`; which runtime runs the network (torch, onnxruntime,
+TensorRT) is chosen by `create_evaluator` (engine/backends.py) and never leaks into the search.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import cshogi
+import numpy as np
+
+from engine.features import FEATURES1_NUM, ensure_features2, fill_features
+from engine.moves import NUM_MOVE_LABELS
+
+
+class Evaluator(ABC):
+    """Fixed maximum batch and reusable host buffers `x1`, `x2`: callers fill rows 0..n-1, then
+    `evaluate(n)` returns (policy logits float32 [n, 2187], value float32 [n]) where value is the
+    win probability of the side to move. Returned arrays may be reused by the next call: copy them
+    if they must outlive it."""
+
+    name: str = "abstract"
+
+    def __init__(self, max_batch: int, input2: int) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        self.max_batch = max_batch
+        self.input2 = input2
+        ensure_features2(input2)
+        self.x1, self.x2 = self._alloc_host((max_batch, FEATURES1_NUM, 9, 9), (max_batch, input2, 9, 9))
+
+    def _alloc_host(self, shape1: tuple[int, ...], shape2: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Host input buffers; backends override to return pinned memory."""
+        return np.zeros(shape1, dtype=np.float32), np.zeros(shape2, dtype=np.float32)
+
+    @abstractmethod
+    def _run(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Evaluate rows 0..n-1 of x1/x2 (1 <= n <= max_batch)."""
+
+    def evaluate(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if not 1 <= n <= self.max_batch:
+            raise ValueError(f"batch of {n} outside 1..{self.max_batch}")
+        return self._run(n)
+
+    def evaluate_features(self, x1: np.ndarray, x2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Any number of positions, in chunks of max_batch; returns fresh arrays."""
+        n = len(x1)
+        policy = np.empty((n, NUM_MOVE_LABELS), dtype=np.float32)
+        value = np.empty(n, dtype=np.float32)
+        for start in range(0, n, self.max_batch):
+            k = min(self.max_batch, n - start)
+            self.x1[:k] = x1[start : start + k]
+            self.x2[:k] = x2[start : start + k]
+            p, v = self._run(k)
+            policy[start : start + k] = p[:k]
+            value[start : start + k] = v[:k]
+        return policy, value
+
+    def evaluate_boards(self, boards: Sequence[cshogi.Board]) -> tuple[np.ndarray, np.ndarray]:
+        """Convenience for tests and small callers: features made here, fresh arrays returned."""
+        n = len(boards)
+        policy = np.empty((n, NUM_MOVE_LABELS), dtype=np.float32)
+        value = np.empty(n, dtype=np.float32)
+        for start in range(0, n, self.max_batch):
+            chunk = boards[start : start + self.max_batch]
+            for i, board in enumerate(chunk):
+                fill_features(board, self.x1[i], self.x2[i])
+            p, v = self._run(len(chunk))
+            policy[start : start + len(chunk)] = p[: len(chunk)]
+            value[start : start + len(chunk)] = v[: len(chunk)]
+        return policy, value
+
+    def close(self) -> None:
+        """Release runtime resources (engines, streams); the default has none."""
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
