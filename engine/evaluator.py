@@ -74,7 +74,7 @@ class Evaluator(ABC):
         return policy, value
 
     def close(self) -> None:
-        """Release runtime resources (engines, streams); the default has none."""
+        """Release runtime resources (engines, streams); the default has none."""  # noqa: B027
 
     def __enter__(self) -> Evaluator:
         return self

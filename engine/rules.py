@@ -1,0 +1,70 @@
+"""Exact game-end rules (via cshogi), shared by self-play, the USI search and record writers.
+
+Values are from the side to move's point of view: 1 win, 0 loss, `draw` for a draw.
+Results use hcpe3's encoding: bits 0-1 winner (0 draw, 1 Black, 2 White) plus reason bits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cshogi
+
+DRAW, BLACK_WIN, WHITE_WIN = 0, 1, 2
+SENNICHITE = 0x4
+NYUGYOKU = 0x8
+MAX_MOVES = 0x10
+DEFAULT_MAX_MOVES = 320
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """How the game stands at a finished position: `winner` is a colour or None for a draw."""
+
+    winner: int | None
+    reason: int  # 0 (no legal moves), SENNICHITE, NYUGYOKU or MAX_MOVES
+
+    def value(self, turn: int, draw: float = 0.5) -> float:
+        if self.winner is None:
+            return draw
+        return 1.0 if self.winner == turn else 0.0
+
+    @property
+    def result(self) -> int:
+        """The hcpe3 result byte."""
+        side = DRAW if self.winner is None else (BLACK_WIN if self.winner == cshogi.BLACK else WHITE_WIN)
+        return side | self.reason
+
+
+def win_for(color: int, reason: int = 0) -> Terminal:
+    return Terminal(color, reason)
+
+
+def terminal(
+    board: cshogi.Board,
+    max_moves: int | None = DEFAULT_MAX_MOVES,
+    repetition_ply: int | None = None,
+    check_nyugyoku: bool = True,
+) -> Terminal | None:
+    """The game-end state of `board` for the side to move, or None if play goes on.
+
+    Order matters: a declared nyugyoku wins before anything else (the mover declares instead of
+    moving); a repetition is judged on the position reached (first repetition = sennichite, as in
+    dlshogi; perpetual check loses for the checker); no legal moves loses; then the move limit.
+    `max_moves` counts plies played (the game is drawn once `max_moves` plies have been played).
+    """
+    turn = board.turn
+    if check_nyugyoku and board.is_nyugyoku():
+        return win_for(turn, NYUGYOKU)
+    rep = board.is_draw(repetition_ply) if repetition_ply is not None else board.is_draw()
+    if rep == cshogi.REPETITION_DRAW:
+        return Terminal(None, SENNICHITE)
+    if rep == cshogi.REPETITION_WIN:
+        return win_for(turn, SENNICHITE)
+    if rep == cshogi.REPETITION_LOSE:
+        return win_for(cshogi.opponent(turn), SENNICHITE)
+    if board.is_game_over():
+        return win_for(cshogi.opponent(turn))
+    if max_moves is not None and board.move_number - 1 >= max_moves:
+        return Terminal(None, MAX_MOVES)
+    return None
