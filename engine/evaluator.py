@@ -73,8 +73,8 @@ class Evaluator(ABC):
             value[start : start + len(chunk)] = v[: len(chunk)]
         return policy, value
 
-    def close(self) -> None:
-        """Release runtime resources (engines, streams); the default has none."""  # noqa: B027
+    def close(self) -> None:  # noqa: B027 - optional hook, not abstract
+        """Release runtime resources (engines, streams); the default has none."""
 
     def __enter__(self) -> Evaluator:
         return self
