@@ -18,9 +18,9 @@ from engine.errors import UserError
 from engine.features import FEATURES1_NUM, FEATURES2_NUM
 from engine.fileio import atomic_write
 from engine.moves import NUM_DIRECTIONS, NUM_MOVE_LABELS
+from engine.score import EVAL_COEF, eval_to_value, value_to_eval
 
 CHECKPOINT_FORMAT = "gumbel-shogi-checkpoint/1"
-EVAL_COEF = 756.0  # dlshogi's Eval_Coef: centipawn-like score = -756 * ln(1/v - 1)
 
 
 @dataclass(frozen=True)
@@ -120,20 +120,6 @@ class WithSigmoid(nn.Module):
     def forward(self, x1: torch.Tensor, x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         policy, value = self.net(x1, x2)
         return policy, torch.sigmoid(value)
-
-
-def value_to_eval(v: float) -> int:
-    """dlshogi's centipawn-like score for a win probability, clamped away from +-infinity."""
-    import math
-
-    v = min(max(v, 1e-7), 1 - 1e-7)
-    return int(round(-EVAL_COEF * math.log(1 / v - 1)))
-
-
-def eval_to_value(e: float) -> float:
-    import math
-
-    return 1.0 / (1.0 + math.exp(-e / EVAL_COEF))
 
 
 def build(config: NetworkConfig, seed: int | None = None) -> PolicyValueNetwork:

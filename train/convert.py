@@ -1,0 +1,446 @@
+"""Converters between record formats and record statistics: the library behind bin/convert.
+
+CSA game records become hcpe (one record per position) or hcpe3 (one game at a time); hcpe3 becomes
+hcpe or dlshogi's training cache; seed `.data` files (gumbel self-play) become hcpe3. Every output is
+written atomically, so an interrupted conversion never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import cshogi
+import numpy as np
+from cshogi import Parser
+from cshogi.dlshogi import make_move_label
+from tqdm import tqdm
+
+from engine.errors import UserError
+from engine.fileio import atomic_write
+from engine.records import (
+    HCPE,
+    MOVE_INFO,
+    MOVE_VISITS,
+    RESULT_BLACK_WIN,
+    RESULT_DRAW,
+    RESULT_MASK,
+    RESULT_MAX_MOVES,
+    RESULT_NYUGYOKU,
+    RESULT_SENNICHITE,
+    RESULT_WHITE_WIN,
+    Hcpe3Cache,
+    Hcpe3Game,
+    build_hcpe3_cache,
+    detect_format,
+    is_valid_hcp,
+    iter_hcpe3_games,
+    iter_hcpe3_positions,
+    read_data,
+    read_hcpe,
+    write_hcpe3_games,
+)
+
+PathLike = str | os.PathLike
+
+# CSA endings that add a reason bit to the result; the winner always comes from cshogi's parser.win.
+REASON_BITS = {
+    "%SENNICHITE": RESULT_SENNICHITE,
+    "%KACHI": RESULT_NYUGYOKU,
+    "%JISHOGI": RESULT_MAX_MOVES,
+    "%MAX_MOVES": RESULT_MAX_MOVES,
+}
+REASON_NAMES = {"sennichite": RESULT_SENNICHITE, "nyugyoku": RESULT_NYUGYOKU, "max moves": RESULT_MAX_MOVES}
+# Games with these endings have no result to learn from.
+UNFINISHED = {"", "%CHUDAN"}
+
+
+def expand_inputs(inputs: Iterable[PathLike], suffixes: tuple[str, ...], kind: str) -> list[Path]:
+    """Files as given, folders searched recursively for `suffixes`; a missing path is a UserError."""
+    files: list[Path] = []
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in suffixes)
+            if not found:
+                raise UserError(f"{p}: no {kind} files ({', '.join(suffixes)}) in this folder")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise UserError(f"{p}: no such file or folder")
+    if not files:
+        raise UserError("no input files given")
+    return files
+
+
+# ---------------------------------------------------------------------------------------------------
+# CSA -> hcpe / hcpe3
+
+
+@dataclass
+class CsaGame:
+    """A CSA game replayed up to its last legal move."""
+
+    hcp: np.ndarray  # start position
+    moves: list[int]
+    evals: list[int]  # per move, side to move's view (CSA `'**` comments are Black's view)
+    result: int  # GameResult | reason bits
+
+
+def _read_csa(path: Path) -> list[Parser] | None:
+    """Parse a (possibly multi-game) CSA file; None with a warning if it is not CSA."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("cp932", errors="replace")  # floodgate's older records are Shift_JIS
+    try:
+        return Parser.parse_str(text.replace("\r\n", "\n"))
+    except ValueError as e:
+        warnings.warn(f"{path}: not a CSA record ({e}); skipped", stacklevel=2)
+        return None
+
+
+def _csa_game(
+    path: Path, index: int, parser: Parser, counts: Counter, min_rating: float | None
+) -> CsaGame | None:
+    if not parser.sfen:
+        warnings.warn(f"{path}: game {index} has no start position; skipped", stacklevel=3)
+        counts["skipped: no position"] += 1
+        return None
+    if parser.endgame in UNFINISHED:
+        counts["skipped: unfinished"] += 1
+        return None
+    if min_rating is not None:
+        ratings = parser.ratings
+        if min(ratings) <= 0 or min(ratings) < min_rating:  # cshogi reports a missing rating as 0
+            counts["skipped: rating"] += 1
+            return None
+    board = cshogi.Board(parser.sfen)
+    hcp = np.empty(32, np.uint8)
+    board.to_hcp(hcp)
+    if not is_valid_hcp(hcp):
+        warnings.warn(
+            f"{path}: game {index} starts from a position hcp cannot hold (handicap?); skipped", stacklevel=3
+        )
+        counts["skipped: start position"] += 1
+        return None
+    moves: list[int] = []
+    evals: list[int] = []
+    for ply, (move, score) in enumerate(zip(parser.moves, parser.scores, strict=False)):
+        if move == 0 or not board.is_legal(move):
+            warnings.warn(
+                f"{path}: game {index}: illegal move at ply {ply}; keeping the moves before it", stacklevel=3
+            )
+            counts["truncated: illegal move"] += 1
+            break
+        score = max(-32767, min(32767, int(score)))
+        evals.append(score if board.turn == cshogi.BLACK else -score)
+        moves.append(move)
+        board.push(move)
+    return CsaGame(hcp, moves, evals, int(parser.win) | REASON_BITS.get(parser.endgame, 0))
+
+
+def iter_csa_games(
+    inputs: Iterable[PathLike],
+    min_rating: float | None = None,
+    min_moves: int | None = None,
+    counts: Counter | None = None,
+) -> Iterator[CsaGame]:
+    """Every game of the CSA inputs that passes the filters (both players rated >= min_rating; at least
+    min_moves legal moves); `counts` collects what was kept and skipped, and why."""
+    counts = Counter() if counts is None else counts
+    for path in tqdm(expand_inputs(inputs, (".csa",), "CSA"), desc="CSA files", unit="file"):
+        counts["files"] += 1
+        parsers = _read_csa(path)
+        if parsers is None:
+            counts["skipped: not CSA"] += 1
+            continue
+        for index, parser in enumerate(parsers):
+            game = _csa_game(path, index, parser, counts, min_rating)
+            if game is None:
+                continue
+            if min_moves is not None and len(game.moves) < min_moves:
+                counts["skipped: too short"] += 1
+                continue
+            counts["games"] += 1
+            counts["positions"] += len(game.moves)
+            yield game
+
+
+def _nothing_written(counts: Counter) -> UserError:
+    detail = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    return UserError(f"no games passed the filters, nothing written ({detail})")
+
+
+def csa_to_hcpe(
+    inputs: Iterable[PathLike], out: PathLike, min_rating: float | None = None, min_moves: int | None = None
+) -> Counter:
+    """One hcpe record per position: eval from the CSA comments (0 without), the played move, the winner."""
+    counts: Counter = Counter()
+    with atomic_write(out, "wb") as f:
+        for game in iter_csa_games(inputs, min_rating, min_moves, counts):
+            records = np.zeros(len(game.moves), HCPE)
+            board = cshogi.Board()
+            board.set_hcp(game.hcp)
+            hcp = np.empty(32, np.uint8)
+            for i, move in enumerate(game.moves):
+                board.to_hcp(hcp)
+                records["hcp"][i] = hcp
+                board.push(move)
+            records["eval"] = game.evals
+            records["bestMove16"] = [cshogi.move16(m) for m in game.moves]
+            records["gameResult"] = game.result & RESULT_MASK
+            f.write(records.tobytes())
+        if not counts["positions"]:
+            raise _nothing_written(counts)
+    return counts
+
+
+def csa_to_hcpe3(
+    inputs: Iterable[PathLike], out: PathLike, min_rating: float | None = None, min_moves: int | None = None
+) -> Counter:
+    """One hcpe3 game per CSA game. A record has no search visits, so each move gets a single candidate,
+    the played move with visitNum 1: a one-hot policy target, as in dlshogi's csa_to_hcpe3. opponent is 0."""
+    counts: Counter = Counter()
+
+    def games() -> Iterator[Hcpe3Game]:
+        for game in iter_csa_games(inputs, min_rating, min_moves, counts):
+            move16s = [cshogi.move16(m) for m in game.moves]
+            infos = np.zeros(len(move16s), MOVE_INFO)
+            infos["selectedMove16"] = move16s
+            infos["eval"] = game.evals
+            cands = [np.array([(m, 1)], MOVE_VISITS) for m in move16s]
+            yield Hcpe3Game(game.hcp, game.result, 0, infos, cands)
+
+    with atomic_write(out, "wb") as f:
+        if not write_hcpe3_games(f, games()):
+            raise _nothing_written(counts)
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------------
+# hcpe3 -> hcpe / cache
+
+
+def hcpe3_to_hcpe(inputs: Iterable[PathLike], out: PathLike) -> Counter:
+    """Every position whose move carries a policy target (candidateNum > 0); the candidate distribution
+    is lost and the played move becomes bestMove16."""
+    counts: Counter = Counter()
+    with atomic_write(out, "wb") as f:
+        for path in expand_inputs(inputs, (".hcpe3",), "hcpe3"):
+            for game in _hcpe3_records(path, counts):
+                f.write(game.tobytes())
+        if not counts["positions"]:
+            raise UserError(
+                f"no positions with a policy target in the inputs, nothing written ({dict(counts)})"
+            )
+    return counts
+
+
+def _hcpe3_records(path: Path, counts: Counter) -> Iterator[np.ndarray]:
+    """hcpe records of one hcpe3 file, one array per game."""
+    rows: list[tuple] = []
+    game = 0
+    for pos in tqdm(iter_hcpe3_positions(path), desc=path.name, unit="pos"):
+        if pos.game != game and rows:
+            yield np.array(rows, HCPE)
+            rows.clear()
+        game = pos.game
+        if len(pos.candidates) == 0:
+            counts["skipped: no candidates"] += 1
+            continue
+        rows.append((pos.hcp, pos.eval, pos.move16, pos.result & RESULT_MASK, 0))
+        counts["positions"] += 1
+    if rows:
+        yield np.array(rows, HCPE)
+
+
+def hcpe3_cache(
+    inputs: Iterable[PathLike], out: PathLike, average: bool = False, temperature: float = 1.0
+) -> Counter:
+    """dlshogi's random-access training cache of hcpe3 files (see engine.records.build_hcpe3_cache)."""
+    files = expand_inputs(inputs, (".hcpe3",), "hcpe3")
+    stats = build_hcpe3_cache(files, out, average=average, temperature=temperature, progress=True)
+    return Counter(vars(stats))
+
+
+# ---------------------------------------------------------------------------------------------------
+# seed .data -> hcpe3
+
+
+def _policy_candidates(board: cshogi.Board, policy: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """Legal moves, most probable first, and the policy over them as MOVE_VISITS (round(p * 65535))."""
+    moves = list(board.legal_moves)
+    labels = [make_move_label(m, board.turn) for m in moves]
+    visits = np.clip(np.rint(policy[labels].astype(np.float64) * 65535), 0, 65535).astype(np.uint16)
+    order = np.argsort(-visits, kind="stable")
+    cands = np.zeros(len(moves), MOVE_VISITS)
+    cands["move16"] = [cshogi.move16(moves[i]) for i in order]
+    cands["visitNum"] = visits[order]
+    return [moves[i] for i in order], cands
+
+
+def _next_move(board: cshogi.Board, moves: list[int], target: bytes) -> int | None:
+    """The legal move that turns `board` into the position `target`, trying the likeliest first."""
+    hcp = np.empty(32, np.uint8)
+    for move in moves:
+        board.push(move)
+        board.to_hcp(hcp)
+        board.pop()
+        if hcp.tobytes() == target:
+            return move
+    return None
+
+
+class _DataGame:
+    """A game being rebuilt from .data records; each move starts as its policy's most probable move and
+    is replaced by the move that actually leads to the next record."""
+
+    def __init__(self, hcp: np.ndarray, result: int):
+        self.hcp = hcp.copy()
+        self.result = result
+        self.selected: list[int] = []
+        self.candidates: list[np.ndarray] = []
+
+    def add(self, cands: np.ndarray) -> None:
+        self.selected.append(int(cands["move16"][0]))
+        self.candidates.append(cands)
+
+    def to_hcpe3(self) -> Hcpe3Game:
+        infos = np.zeros(len(self.selected), MOVE_INFO)
+        infos["selectedMove16"] = self.selected
+        return Hcpe3Game(self.hcp, self.result, 0, infos, self.candidates)
+
+
+def _data_games(path: Path, counts: Counter) -> Iterator[Hcpe3Game]:
+    """Split a .data file into games: a record continues the game when it has the same result and
+    follows from the previous position by one legal move. The move played from a game's last position
+    is not recorded; the most probable move of its policy stands in for it."""
+    data = read_data(path)
+    board = cshogi.Board()
+    game: _DataGame | None = None
+    moves: list[int] = []
+    for i in tqdm(range(len(data)), desc=path.name, unit="rec"):
+        rec = data[i]
+        hcp, result = rec["hcp"], int(rec["result"])
+        move = None
+        if game is not None and result == game.result:
+            move = _next_move(board, moves, hcp.tobytes())
+        if move is not None:
+            game.selected[-1] = cshogi.move16(move)
+            board.push(move)
+        else:
+            if game is not None:
+                yield game.to_hcpe3()
+                game = None
+            if not is_valid_hcp(hcp):
+                warnings.warn(f"{path}: record {i} does not hold a valid position; skipped", stacklevel=2)
+                counts["skipped: bad position"] += 1
+                continue
+            board.set_hcp(hcp)
+            game = _DataGame(hcp, result)
+        moves, cands = _policy_candidates(board, rec["policy"])
+        if not moves:  # a final position (mate): nothing to learn, and nothing can follow it
+            counts["skipped: no legal moves"] += 1
+            if game.selected:
+                yield game.to_hcpe3()
+            game = None
+            continue
+        game.add(cands)
+        counts["positions"] += 1
+    if game is not None:
+        yield game.to_hcpe3()
+
+
+def data_to_hcpe3(inputs: Iterable[PathLike], out: PathLike) -> Counter:
+    """Seed .data files -> hcpe3; each stored policy becomes visitNum = round(p * 65535) over the legal
+    moves (as Gumbel self-play stores it). The format has no value, so eval is 0."""
+    counts: Counter = Counter()
+
+    def games() -> Iterator[Hcpe3Game]:
+        for path in expand_inputs(inputs, (".data",), "data"):
+            for game in _data_games(path, counts):
+                counts["games"] += 1
+                yield game
+
+    with atomic_write(out, "wb") as f:
+        if not write_hcpe3_games(f, games()):
+            raise UserError(f"no positions with legal moves in the inputs, nothing written ({dict(counts)})")
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------------
+# stats
+
+
+def _result_split(counts: Counter, results: np.ndarray) -> None:
+    game = results & RESULT_MASK
+    counts["black wins"] += int(np.sum(game == RESULT_BLACK_WIN))
+    counts["white wins"] += int(np.sum(game == RESULT_WHITE_WIN))
+    counts["draws"] += int(np.sum(game == RESULT_DRAW))
+
+
+def _hcpe3_stats(path: Path, counts: Counter, lengths: list[int]) -> None:
+    results = []
+    for game in tqdm(iter_hcpe3_games(path), desc=path.name, unit="game"):
+        n = len(game.moves)
+        counts["games"] += 1
+        counts["positions"] += n
+        lengths.append(n)
+        results.append(game.result)
+        cand = game.moves["candidateNum"]
+        counts["positions with candidates"] += int(np.count_nonzero(cand))
+        counts["candidates"] += int(cand.sum())
+        for name, bit in REASON_NAMES.items():
+            counts[name] += bool(game.result & bit)
+    _result_split(counts, np.asarray(results, np.int64))
+
+
+def stats(inputs: Iterable[PathLike]) -> dict[str, float]:
+    """Counts over hcpe3/hcpe/.data/cache files: games, positions, results (Black/White/draw), reasons,
+    average candidates per position with candidates, moves per game."""
+    suffixes = (".hcpe3", ".hcpe", ".data", ".cache", ".hcpe3cache")
+    counts: Counter = Counter()
+    lengths: list[int] = []
+    for path in expand_inputs(inputs, suffixes, "record"):
+        fmt = detect_format(path)
+        counts["files"] += 1
+        if fmt == "hcpe3":
+            _hcpe3_stats(path, counts, lengths)
+        elif fmt in ("hcpe", "data"):
+            records = read_hcpe(path) if fmt == "hcpe" else read_data(path)
+            counts["positions"] += len(records)
+            _result_split(counts, np.asarray(records["gameResult" if fmt == "hcpe" else "result"], np.int64))
+        else:
+            cache = Hcpe3Cache(path)
+            counts["positions"] += len(cache)
+            for start in tqdm(range(0, len(cache), 65536), desc=path.name, unit="chunk"):
+                _, _, _, pairs = cache.gather(np.arange(start, min(start + 65536, len(cache))))
+                sizes = np.array([len(m) for m, _ in pairs])
+                counts["positions with candidates"] += int(np.count_nonzero(sizes))
+                counts["candidates"] += int(sizes.sum())
+    out: dict[str, float] = dict(counts)
+    if counts["positions with candidates"]:
+        out["average candidates"] = counts["candidates"] / counts["positions with candidates"]
+    if lengths:
+        out["moves per game (mean)"] = float(np.mean(lengths))
+        out["moves per game (min)"] = min(lengths)
+        out["moves per game (max)"] = max(lengths)
+    out.pop("candidates", None)
+    return out
+
+
+def format_counts(counts: dict[str, float]) -> str:
+    """Aligned `name: value` lines, integers with thousands separators."""
+    width = max((len(k) for k in counts), default=0)
+    lines = []
+    for key, value in counts.items():
+        text = f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
+        lines.append(f"{key + ':':<{width + 1}} {text}")
+    return "\n".join(lines)
