@@ -53,11 +53,15 @@ MOVE_INFO = np.dtype([("selectedMove16", "<u2"), ("eval", "<i2"), ("candidateNum
 MOVE_VISITS = np.dtype([("move16", "<u2"), ("visitNum", "<u2")])
 DATA = np.dtype([("hcp", "u1", 32), ("policy", "<f4", MOVE_LABELS), ("result", "u1")])
 CACHE_BODY = np.dtype([("hcp", "u1", 32), ("value", "<f4"), ("result", "<f4"), ("count", "<i4")])
-CACHE_CANDIDATE = np.dtype([("move16", "<u2"), ("prob", "<f4")])
+# dlshogi's `struct Hcpe3CacheCandidate {u16 move16; float prob;}` is not packed: the compiler pads it to 8
+# bytes, so its cache files carry 2 padding bytes per candidate. We match the real files, not a packed 6.
+CACHE_CANDIDATE = np.dtype(
+    {"names": ["move16", "prob"], "formats": ["<u2", "<f4"], "offsets": [0, 4], "itemsize": 8}
+)
 
 assert (HCP.itemsize, HCPE.itemsize, HCPE3_HEADER.itemsize) == (32, 38, 36)
 assert (MOVE_INFO.itemsize, MOVE_VISITS.itemsize, DATA.itemsize) == (6, 4, 8781)
-assert (CACHE_BODY.itemsize, CACHE_CANDIDATE.itemsize) == (44, 6)
+assert (CACHE_BODY.itemsize, CACHE_CANDIDATE.itemsize) == (44, 8)
 
 EXTENSIONS = {".hcpe": "hcpe", ".hcpe3": "hcpe3", ".cache": "cache", ".hcpe3cache": "cache", ".data": "data"}
 
@@ -453,7 +457,7 @@ def visits_to_probs(visits: np.ndarray, temperature: float) -> np.ndarray:
 def _encode_cache_entry(
     hcp: bytes, value: float, result: float, count: int, move16s: np.ndarray, probs: np.ndarray
 ) -> bytes:
-    cands = np.empty(len(move16s), CACHE_CANDIDATE)
+    cands = np.zeros(len(move16s), CACHE_CANDIDATE)  # zeroed padding: reproducible bytes
     cands["move16"] = move16s
     cands["prob"] = probs
     return struct.pack("<32sffi", hcp, value, result, count) + cands.tobytes()

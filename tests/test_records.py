@@ -81,7 +81,7 @@ def test_dtype_layouts_match_dlshogi():
     assert [R.HCPE3_HEADER.fields[k][1] for k in ("hcp", "moveNum", "result", "opponent")] == [0, 32, 34, 35]
     assert [R.MOVE_INFO.fields[k][1] for k in ("selectedMove16", "eval", "candidateNum")] == [0, 2, 4]
     assert [R.DATA.fields[k][1] for k in ("hcp", "policy", "result")] == [0, 32, 32 + 4 * 2187]
-    assert R.DATA.itemsize == 8781 and R.CACHE_BODY.itemsize == 44 and R.CACHE_CANDIDATE.itemsize == 6
+    assert R.DATA.itemsize == 8781 and R.CACHE_BODY.itemsize == 44 and R.CACHE_CANDIDATE.itemsize == 8
     assert (R.RESULT_SENNICHITE, R.RESULT_NYUGYOKU, R.RESULT_MAX_MOVES) == (4, 8, 16)
 
 
@@ -309,7 +309,7 @@ def test_cache_policy_value_result_by_hand(tmp_path: Path, temperature: float, e
     assert result == 0.0  # Black to move, White won
     assert move16s.tolist() == [M76, M26, M56]
     assert probs == pytest.approx(expected, abs=1e-6)
-    assert out.stat().st_size == 8 + 8 + 44 + 3 * 6
+    assert out.stat().st_size == 8 + 8 + 44 + 3 * 8  # dlshogi pads each candidate to 8 bytes
 
 
 def test_cache_keeps_positions_without_candidates_on_request(tmp_path: Path):
