@@ -1,10 +1,17 @@
-"""Choosing and building an evaluator from a model file: the only place that knows the runtimes."""
+"""Choosing and building an evaluator from a model file: the only place that knows the runtimes.
+
+A model is a .pt checkpoint (ours or dlshogi's), a dlshogi-convention .onnx, or a serialized TensorRT
+.engine/.plan. `auto` picks TensorRT when it imports and a GPU exists (building and caching the engine),
+else CUDA torch, else the faster CPU runtime as measured by bench/inference.py.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import UserError
@@ -14,6 +21,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MODELS_DIR = REPO_ROOT / "models"
 DEFAULT_MODEL = MODELS_DIR / "default.pt"
 BACKENDS = ("auto", "torch", "onnx", "trt")
+ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
+# bench/inference.py on 2 CPU cores: onnxruntime beats torch on CPU at every batch size for the
+# tiny/small/resnet10 presets (see the issue #4 note), so auto uses it for checkpoints on CPU.
+CPU_PREFERS = "onnx"
 
 
 def _log_stderr(msg: str) -> None:
@@ -25,26 +36,191 @@ def default_model_path() -> Path | None:
     return DEFAULT_MODEL if DEFAULT_MODEL.is_file() else None
 
 
+def default_cache_dir() -> Path:
+    """Where exported ONNX files and TensorRT engines are cached ($GUMBEL_SHOGI_CACHE, else the user's
+    cache folder, else the temp folder): never next to a possibly read-only model."""
+    env = os.environ.get("GUMBEL_SHOGI_CACHE")
+    if env:
+        return Path(env)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    for root in (base, Path(tempfile.gettempdir())):
+        path = root / "gumbel-shogi"
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(path, os.W_OK):
+            return path
+    raise UserError("no writable cache folder; set GUMBEL_SHOGI_CACHE")
+
+
+def model_kind(path: Path | None) -> str:
+    """'checkpoint' (also for None: the shipped or random-init network), 'onnx' or 'engine'."""
+    if path is None:
+        return "checkpoint"
+    suffix = path.suffix.lower()
+    if suffix == ".onnx":
+        return "onnx"
+    if suffix in ENGINE_SUFFIXES:
+        return "engine"
+    return "checkpoint"
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What this machine offers; probed once, injectable in tests."""
+
+    cuda: bool
+    tensorrt: bool
+    ort_providers: tuple[str, ...]
+    cpu_prefers: str = CPU_PREFERS
+
+
+def probe_platform(device: str | None = None) -> Platform:
+    """A device of 'cpu' rules out the GPU paths whatever is installed."""
+    import importlib.util
+
+    import torch
+
+    from engine.backend_onnx import available_providers
+
+    cuda = torch.cuda.is_available() and not (device or "").startswith("cpu")
+    tensorrt = cuda and importlib.util.find_spec("tensorrt") is not None
+    return Platform(cuda=cuda, tensorrt=tensorrt, ort_providers=tuple(available_providers()))
+
+
+@dataclass(frozen=True)
+class Choice:
+    backend: str  # torch | onnx | trt
+    device: str  # cpu | cuda
+    providers: tuple[str, ...] = ()  # onnxruntime providers, in order
+    why: str = ""
+
+
+def _onnx_providers(platform: Platform) -> tuple[tuple[str, ...], str]:
+    if platform.cuda and "CUDAExecutionProvider" in platform.ort_providers:
+        return ("CUDAExecutionProvider", "CPUExecutionProvider"), "cuda"
+    return ("CPUExecutionProvider",), "cpu"
+
+
+def choose_backend(requested: str, kind: str, platform: Platform) -> Choice:
+    """Pure decision: which runtime serves a model of `kind` here, and why (for the log line)."""
+    if requested not in BACKENDS:
+        raise UserError(f"unknown backend {requested!r} (choose from {', '.join(BACKENDS)})")
+    if kind == "engine" and requested not in ("auto", "trt"):
+        raise UserError(f"a TensorRT engine runs only on the trt backend, not {requested}")
+    if requested == "torch" and kind == "onnx":
+        raise UserError("the torch backend needs a .pt checkpoint, not an ONNX file (use --backend onnx)")
+    if requested == "trt" or kind == "engine":
+        if not platform.cuda:
+            raise UserError("the TensorRT backend needs a CUDA GPU and none is available")
+        if not platform.tensorrt:
+            raise UserError("the TensorRT backend needs the tensorrt package (pip install tensorrt)")
+        return Choice("trt", "cuda", why="requested" if requested == "trt" else "model is a TensorRT engine")
+    if requested == "torch":
+        return Choice("torch", "cuda" if platform.cuda else "cpu", why="requested")
+    if requested == "onnx":
+        providers, device = _onnx_providers(platform)
+        return Choice("onnx", device, providers, why="requested")
+    # auto
+    if platform.cuda and platform.tensorrt:
+        return Choice("trt", "cuda", why="auto: CUDA GPU and TensorRT available")
+    if platform.cuda:
+        if kind == "onnx":
+            providers, device = _onnx_providers(platform)
+            return Choice("onnx", device, providers, why=f"auto: ONNX model, onnxruntime on {device}")
+        return Choice("torch", "cuda", why="auto: CUDA GPU without TensorRT")
+    if kind == "onnx" or platform.cpu_prefers == "onnx":
+        why = "auto: no GPU; ONNX model" if kind == "onnx" else "auto: no GPU; onnxruntime is faster on CPU"
+        return Choice("onnx", "cpu", ("CPUExecutionProvider",), why=why)
+    return Choice("torch", "cpu", why="auto: no GPU; torch is faster on CPU")
+
+
 def create_evaluator(
     model: str | os.PathLike | None = None,
     backend: str = "auto",
     max_batch: int = 256,
     device: str | None = None,
     log: Callable[[str], None] = _log_stderr,
+    *,
+    threads: int | None = None,
+    fp16: bool | None = None,
+    cuda_graphs: bool = False,
+    engine_dir: str | os.PathLike | None = None,
+    platform: Platform | None = None,
 ) -> Evaluator:
-    """Build the evaluator for `model` (a .pt checkpoint; None = shipped default) and log the choice."""
-    from engine.backend_torch import TorchEvaluator
+    """Build the evaluator for `model` (.pt, .onnx or TensorRT engine; None = shipped default, else a
+    random-init 'small' net) and log the choice once as `info string backend ...`.
+
+    threads: CPU intra-op threads; fp16: None = on for GPUs; cuda_graphs: torch CUDA only;
+    engine_dir: cache for exported ONNX and built engines (default: default_cache_dir())."""
+    path = Path(model) if model is not None else default_model_path()
+    if path is not None and not path.is_file():
+        raise UserError(f"{path}: model not found")
+    platform = platform or probe_platform(device)
+    if device and device.startswith("cuda") and not platform.cuda:
+        raise UserError(f"device {device} requested but no CUDA GPU is available")
+    choice = choose_backend(backend, model_kind(path), platform)
+    source = (
+        f"model {path}"
+        if path is not None
+        else "no model given and none shipped: random-init 'small' (seed 0)"
+    )
+    cache = Path(engine_dir) if engine_dir is not None else None
+    ev = _build(choice, path, max_batch, device, threads, fp16, cuda_graphs, cache, log)
+    log(f"info string backend {ev.name}: {choice.why}; {source}")
+    return ev
+
+
+def _network(path: Path | None):
     from engine.network import build, load_model, preset
 
-    if backend not in BACKENDS:
-        raise UserError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
-    path = Path(model) if model is not None else default_model_path()
-    if path is None:
-        net = build(preset("small"), seed=0)
-        why = "no model given and none shipped: random-init 'small' network (seed 0)"
+    return build(preset("small"), seed=0) if path is None else load_model(path)
+
+
+def _build(
+    choice: Choice,
+    path: Path | None,
+    max_batch: int,
+    device: str | None,
+    threads: int | None,
+    fp16: bool | None,
+    cuda_graphs: bool,
+    cache: Path | None,
+    log: Callable[[str], None],
+) -> Evaluator:
+    kind = model_kind(path)
+    if choice.backend == "torch":
+        from engine.backend_torch import TorchEvaluator
+
+        dev = device if device and device.startswith(choice.device) else choice.device
+        return TorchEvaluator(
+            _network(path), max_batch, dev, fp16=fp16, cuda_graphs=cuda_graphs, threads=threads
+        )
+    if choice.backend == "onnx":
+        from engine.backend_onnx import OnnxEvaluator
+        from engine.onnx_model import cached_onnx
+
+        onnx_path = (
+            path if kind == "onnx" else cached_onnx(_network(path), path, cache or default_cache_dir())
+        )
+        return OnnxEvaluator(onnx_path, max_batch, threads=threads, providers=list(choice.providers))
+    from engine.backend_trt import TrtEvaluator
+    from engine.trt_engine import build_cached_engine, has_fp16_flag, import_tensorrt
+
+    dev_index = int(device.split(":")[1]) if device and ":" in device else 0
+    if kind == "engine":
+        return TrtEvaluator(path, max_batch, dev_index)
+    cache = cache or default_cache_dir()
+    precision = "fp32" if fp16 is False else "fp16"
+    if kind == "onnx":
+        onnx_path = path
     else:
-        net = load_model(path)
-        why = f"model {path}"
-    ev = TorchEvaluator(net, max_batch=max_batch, device=device or "cpu")
-    log(f"info string backend {ev.name}: {why}")
-    return ev
+        from engine.onnx_model import cached_onnx
+
+        typed16 = precision == "fp16" and not has_fp16_flag(import_tensorrt())
+        onnx_path = cached_onnx(_network(path), path, cache, fp16=typed16)
+    engine = build_cached_engine(
+        onnx_path, cache, max_batch=max_batch, precision=precision, log=lambda m: log(f"info string {m}")
+    )
+    return TrtEvaluator(engine, max_batch, dev_index)

@@ -1,0 +1,196 @@
+"""TensorRT engines: the cache key that decides whether a built engine may be trusted, and the build.
+
+An engine is only valid for the model, GPU, TensorRT version, maximum batch and precision it was built
+for; each cached engine carries a JSON sidecar with exactly those keys, and any mismatch means rebuild.
+Both export/build_engine.py and the trt backend use these functions. tensorrt is imported lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from engine.errors import UserError
+from engine.fileio import atomic_write_bytes, atomic_write_text
+
+PRECISIONS = ("fp16", "fp32")
+KEY_FIELDS = ("model_sha256", "gpu", "tensorrt", "max_batch", "precision")
+
+
+def engine_cache_key(model_sha256: str, gpu: str, tensorrt: str, max_batch: int, precision: str) -> dict:
+    """Everything an engine depends on, as stored in its sidecar."""
+    if precision not in PRECISIONS:
+        raise UserError(f"unknown precision {precision!r} (choose from {', '.join(PRECISIONS)})")
+    return {"model_sha256": model_sha256, "gpu": gpu, "tensorrt": tensorrt, "max_batch": int(max_batch),
+            "precision": precision}  # fmt: skip
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-").lower() or "unknown"
+
+
+def engine_file_name(key: dict) -> str:
+    """Readable and unique per key: sha prefix, GPU, TensorRT version, batch, precision."""
+    return (
+        f"{key['model_sha256'][:16]}-{_slug(key['gpu'])}-trt{_slug(key['tensorrt'])}"
+        f"-b{key['max_batch']}-{key['precision']}.engine"
+    )
+
+
+def sidecar_path(engine: Path) -> Path:
+    return engine.with_name(engine.name + ".json")
+
+
+def read_sidecar(engine: Path) -> dict | None:
+    try:
+        data = json.loads(sidecar_path(engine).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def sidecar_mismatch(sidecar: dict | None, key: dict, fields: tuple[str, ...] = KEY_FIELDS) -> list[str]:
+    """Fields on which a stored engine differs from what is wanted ('sidecar' if there is none)."""
+    if sidecar is None:
+        return ["sidecar"]
+    return [f for f in fields if sidecar.get(f) != key[f]]
+
+
+def find_engine(out_dir: Path, key: dict) -> Path | None:
+    """The cached engine for `key`, or None when missing, stale or foreign (then it must be rebuilt)."""
+    path = Path(out_dir) / engine_file_name(key)
+    if path.is_file() and not sidecar_mismatch(read_sidecar(path), key):
+        return path
+    return None
+
+
+def store_engine(out_dir: Path, key: dict, data: bytes) -> Path:
+    """Engine first, sidecar last (both atomic): a sidecar never vouches for a missing engine."""
+    path = Path(out_dir) / engine_file_name(key)
+    atomic_write_bytes(path, data)
+    atomic_write_text(sidecar_path(path), json.dumps(key, indent=1) + "\n")
+    return path
+
+
+def import_tensorrt() -> Any:
+    try:
+        import tensorrt as trt
+    except ImportError as e:
+        raise UserError(
+            f"TensorRT is not installed ({e}); pip install tensorrt, or use --backend torch/onnx"
+        ) from None
+    return trt
+
+
+def gpu_name(device: int = 0) -> str:
+    """The CUDA device's name via torch, else pycuda; UserError when there is no GPU."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(device)
+    except ImportError:
+        pass
+    try:
+        import pycuda.driver as cuda
+
+        cuda.init()
+        return cuda.Device(device).name()
+    except Exception:
+        raise UserError("no CUDA GPU found (TensorRT needs one)") from None
+
+
+def has_fp16_flag(trt: Any) -> bool:
+    """TensorRT 10 has BuilderFlag.FP16; TensorRT 11 removed it (strongly typed FP16 ONNX instead)."""
+    return hasattr(trt.BuilderFlag, "FP16")
+
+
+def onnx_is_fp16(onnx_path: Path) -> bool:
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    return model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+
+
+def build_serialized(
+    trt: Any,
+    onnx_path: Path,
+    max_batch: int,
+    opt_batch: int,
+    precision: str,
+    workspace_gb: float,
+    timing_cache: Path | None,
+) -> bytes:
+    """Explicit batch, one profile min 1 / opt / max on both inputs, workspace limit, timing cache."""
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    fp16_flag = precision == "fp16" and has_fp16_flag(trt)
+    if precision == "fp16" and not fp16_flag and not onnx_is_fp16(onnx_path):
+        raise UserError(
+            f"{onnx_path}: TensorRT {trt.__version__} has no FP16 builder flag; "
+            "build from an FP16-typed ONNX (export/onnx_export.py --fp16)"
+        )
+    flags = 0 if fp16_flag else 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse(onnx_path.read_bytes()):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise UserError(f"{onnx_path}: TensorRT cannot parse it ({errors[:300]})")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_gb * (1 << 30)))
+    if fp16_flag:
+        config.set_flag(trt.BuilderFlag.FP16)
+    cache_bytes = timing_cache.read_bytes() if timing_cache and timing_cache.is_file() else b""
+    config.set_timing_cache(config.create_timing_cache(cache_bytes), False)
+    profile = builder.create_optimization_profile()
+    for i in range(network.num_inputs):
+        tensor = network.get_input(i)
+        planes = tuple(tensor.shape)[1:]
+        profile.set_shape(tensor.name, (1, *planes), (opt_batch, *planes), (max_batch, *planes))
+    config.add_optimization_profile(profile)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise UserError(f"{onnx_path}: TensorRT engine build failed (see the TensorRT log above)")
+    if timing_cache is not None:
+        atomic_write_bytes(timing_cache, bytes(config.get_timing_cache().serialize()))
+    return bytes(serialized)
+
+
+def build_cached_engine(
+    onnx_path: str | os.PathLike,
+    out_dir: str | os.PathLike | None = None,
+    max_batch: int = 256,
+    opt_batch: int | None = None,
+    precision: str = "fp16",
+    workspace_gb: float = 4.0,
+    timing_cache: str | os.PathLike | None = None,
+    log=print,
+) -> Path:
+    """Return the engine for this ONNX/GPU/TensorRT/batch/precision, building it only when no valid
+    cached one exists. The key's model hash is the ONNX file's sha256."""
+    from engine.onnx_model import sha256_file
+
+    onnx_path = Path(onnx_path)
+    if not onnx_path.is_file():
+        raise UserError(f"{onnx_path}: ONNX model not found")
+    if max_batch < 1 or (opt_batch is not None and not 1 <= opt_batch <= max_batch):
+        raise UserError(f"bad batch sizes: need 1 <= opt_batch <= max_batch (got {opt_batch}, {max_batch})")
+    trt = import_tensorrt()
+    key = engine_cache_key(sha256_file(onnx_path), gpu_name(), trt.__version__, max_batch, precision)
+    out_dir = Path(out_dir) if out_dir is not None else onnx_path.parent
+    found = find_engine(out_dir, key)
+    if found is not None:
+        return found
+    log(f"building TensorRT {precision} engine for {onnx_path} (max batch {max_batch}); this takes a while")
+    timing = (
+        Path(timing_cache)
+        if timing_cache
+        else out_dir / f"{_slug(key['gpu'])}-trt{key['tensorrt']}.timing_cache"
+    )
+    data = build_serialized(
+        trt, onnx_path, max_batch, opt_batch or max(1, max_batch // 2), precision, workspace_gb, timing
+    )
+    return store_engine(out_dir, key, data)
