@@ -1,0 +1,159 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from engine.network import load_model, read_checkpoint
+from train import synthetic
+from train.plot import read_metrics
+from train.trainer import TrainConfig, lr_factor, train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = os.path.join(REPO, "bin", "train")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("traindata")
+    synthetic.write_hcpe(d / "train.hcpe", 3000, seed=0)
+    synthetic.write_hcpe(d / "test.hcpe", 400, seed=99)
+    synthetic.write_data(d / "small.data", 400, seed=1)
+    synthetic.write_hcpe3(d / "games.hcpe3", 8, seed=2)
+    return d
+
+
+def quick(out, data_paths, **kw) -> TrainConfig:
+    base = dict(
+        data=[str(p) for p in data_paths],
+        out=str(out),
+        network="tiny",
+        batch_size=64,
+        lr=0.05,
+        workers=0,
+        log_interval=5,
+        progress=False,
+    )
+    return TrainConfig(**{**base, **kw})
+
+
+def test_learns_a_learnable_task(data, tmp_path):
+    out = tmp_path / "run"
+    summary = train(quick(out, [data / "train.hcpe"], epochs=2, test=[str(data / "test.hcpe")]))
+    rows = read_metrics(out / "metrics.jsonl")
+    train_rows = [r for r in rows if "policy_loss" in r]
+    test_rows = [r for r in rows if "test_policy_acc" in r]
+    assert len(test_rows) == 2 and summary["finished"]
+    assert train_rows[-1]["loss"] < 0.7 * train_rows[0]["loss"]
+    assert test_rows[-1]["test_policy_acc"] > 0.15  # chance is ~1/80 legal moves
+    assert test_rows[-1]["test_value_acc"] > 0.8
+    assert test_rows[-1]["test_policy_loss"] < test_rows[0]["test_policy_loss"] + 0.5
+    assert all(r["samples_per_s"] > 0 for r in train_rows)
+    assert train_rows[0]["lr"] > train_rows[-1]["lr"] >= 0  # cosine decay to 0
+    assert (out / "metrics.png").stat().st_size > 1000
+    net = load_model(out / "model.pt")
+    assert net.config.channels == 32
+    ckpt = read_checkpoint(out / "checkpoint.pt")  # weights_only=True
+    assert ckpt["step"] == summary["steps"] == 2 * (3000 // 64)
+
+
+def resume_config(out, data, **kw) -> TrainConfig:
+    return quick(
+        out,
+        [data / "small.data", data / "games.hcpe3"],
+        epochs=2,
+        batch_size=50,
+        mirror=0.5,
+        ema=0.9,
+        val_lambda=0.3,
+        warmup_steps=3,
+        clip_grad=5.0,
+        deterministic=True,
+        **kw,
+    )
+
+
+def test_resume_is_exact(data, tmp_path):
+    full = train(resume_config(tmp_path / "full", data))
+    part = train(resume_config(tmp_path / "part", data, stop_after_steps=7))
+    assert part["stopped_by"] == "--stop-after-steps" and part["steps"] == 7 and not part["finished"]
+    assert not (tmp_path / "part" / "model.pt").exists()
+    rest = train(TrainConfig(out=str(tmp_path / "part"), resume=True, workers=0, progress=False))
+    assert rest["finished"] and rest["steps"] == full["steps"]
+    a = read_checkpoint(tmp_path / "full" / "checkpoint.pt")
+    b = read_checkpoint(tmp_path / "part" / "checkpoint.pt")
+    for k, v in a["model"].items():
+        assert torch.equal(v, b["model"][k]), k
+    for k, v in a["ema"].items():
+        assert torch.equal(v, b["ema"][k]), k
+    ma, mb = load_model(tmp_path / "full" / "model.pt"), load_model(tmp_path / "part" / "model.pt")
+    for (k, v), w in zip(ma.state_dict().items(), mb.state_dict().values(), strict=True):
+        assert torch.equal(v, w), k
+    assert len(list((tmp_path / "part" / "cache").glob("*.cache"))) == 1  # built once, reused on resume
+
+
+def test_lr_schedules():
+    cfg = TrainConfig(warmup_steps=10, schedule="cosine", min_lr_ratio=0.1)
+    assert lr_factor(0, cfg, 110, 11) == pytest.approx(0.1)
+    assert lr_factor(9, cfg, 110, 11) == pytest.approx(1.0)
+    assert lr_factor(60, cfg, 110, 11) == pytest.approx(0.55)
+    assert lr_factor(110, cfg, 110, 11) == pytest.approx(0.1)
+    step = TrainConfig(schedule="step", lr_gamma=0.5, lr_step_epochs=2)
+    assert [lr_factor(s, step, 100, 10) for s in (0, 19, 20, 45)] == [1.0, 1.0, 0.5, 0.25]
+
+
+def run_cli(*args, env=None, timeout=300):
+    return subprocess.run(
+        [sys.executable, TRAIN, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def test_torchrun_two_processes_match_one(data, tmp_path):
+    """2 gloo ranks x 32 positions == 1 process accumulating 2 x 32 (BatchNorm sees the same halves)."""
+    common = ["--data", data / "small.data", "--network", "tiny", "--batch-size", 64, "--epochs", 1]
+    common += ["--workers", 0, "--no-progress", "--lr", 0.05, "--seed", 5]
+    single = run_cli(*common, "--out", tmp_path / "one", "--accum-steps", 2)
+    assert single.returncode == 0, single.stderr
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ddp = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", TRAIN]
+        + [str(a) for a in common]
+        + ["--out", str(tmp_path / "two")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    a = read_checkpoint(tmp_path / "one" / "checkpoint.pt")
+    b = read_checkpoint(tmp_path / "two" / "checkpoint.pt")
+    assert a["step"] == b["step"] == 6
+    net = load_model(tmp_path / "one" / "model.pt")
+    params = {name for name, _ in net.named_parameters()}
+    for name in params:
+        torch.testing.assert_close(a["model"][name], b["model"][name], rtol=1e-4, atol=1e-5)
+    lines = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == len((tmp_path / "one" / "metrics.jsonl").read_text().splitlines())  # rank 0 only
+    assert json.loads(lines[-1])["step"] == 6
+
+
+def test_cli_errors_are_one_line(data, tmp_path):
+    corrupt = tmp_path / "bad.hcpe"
+    corrupt.write_bytes(os.urandom(38 * 50))
+    cases = [
+        (["--data", tmp_path / "nope.hcpe"], "no such file"),
+        (["--data", corrupt], "bad.hcpe"),
+        (["--data", data / "test.hcpe", "--batch-size", 100000], "fewer than one batch"),
+        (["--data", data / "test.hcpe", "--init", tmp_path / "missing.pt"], "missing.pt"),
+        (["--data", data / "test.hcpe", "--test", corrupt], "bad.hcpe"),
+    ]
+    for args, needle in cases:
+        r = run_cli(*args, "--out", tmp_path / "run", "--network", "tiny", "--workers", 0, "--no-progress")
+        assert r.returncode == 2, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith("train: error:") and needle in last, r.stderr
+    r = run_cli("--out", tmp_path / "fresh")
+    assert r.returncode == 2 and "no --data" in r.stderr
