@@ -1,0 +1,462 @@
+"""Batched PUCT Monte-Carlo tree search for play (dlshogi's UCT search, in Python over numpy arrays).
+
+Each node keeps its children's statistics in small numpy arrays (visits, value sums, priors), so a
+selection step is a handful of vector operations. Leaves are collected with virtual loss into one
+batch and evaluated by a single `Evaluator.evaluate(n)` call; positions already evaluated come from a
+cache keyed by the position hash. Terminal positions (mate, repetition, nyugyoku, move limit) and
+1-ply mates get exact values instead of the network's. The tree is walked by pushing and popping
+moves on one cshogi Board that holds the game's history, so repetitions before the root count.
+
+Values are win probabilities. `Node.w` and `child_w` are sums from the point of view of the side to
+move at that node (q(a) = the mover's expected result after playing a), as in dlshogi.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import cshogi
+import numpy as np
+
+from engine import gumbel
+from engine.evaluator import Evaluator
+from engine.features import fill_features
+from engine.moves import legal_moves_and_labels
+from engine.rules import terminal
+from engine.timeman import can_stop_early
+
+SEARCH_MODES = ("puct", "gumbel", "policy")
+
+
+@dataclass
+class SearchParams:
+    """dlshogi's constants (option values divided into real units by the USI layer)."""
+
+    c_init: float = 1.44
+    c_base: float = 28288.0
+    c_fpu_reduction: float = 0.27
+    c_init_root: float = 1.16
+    c_base_root: float = 25617.0
+    c_fpu_reduction_root: float = 0.0
+    softmax_temperature: float = 1.74
+    draw_value_black: float = 0.5  # value of a draw for the engine when it plays Black
+    draw_value_white: float = 0.5
+    repetition_ply: int = 16  # how far back the tree looks for repetitions (cshogi is_draw(ply))
+    max_moves: int | None = None  # game length at which the game is drawn (None: no limit)
+    node_limit: int = 2_000_000  # stop growing the tree past this many nodes
+    cache_size: int = 1_000_000  # NN results kept by position hash
+    mode: str = "puct"  # puct | gumbel (sequential halving at the root)
+    gumbel_considered: int = 16
+    gumbel_c_visit: float = gumbel.C_VISIT
+    gumbel_c_scale: float = gumbel.C_SCALE
+
+
+class Node:
+    """A position in the tree; children are created on first visit."""
+
+    __slots__ = ("moves", "logits", "priors", "child_n", "child_w", "children", "n", "w", "value", "terminal",
+                 "pending", "win_idx")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.moves: np.ndarray | None = None  # legal moves (cshogi ints); None until evaluated
+        self.logits: np.ndarray | None = None
+        self.priors: np.ndarray | None = None
+        self.child_n: np.ndarray | None = None
+        self.child_w: np.ndarray | None = None
+        self.children: list[Node | None] = []
+        self.n = 0  # visits through this node to its children (virtual losses included)
+        self.w = 0.0
+        self.value = 0.5  # the network's (or exact) value for the side to move here
+        self.terminal: float | None = None  # exact value when the game is decided here
+        self.pending = False  # queued for evaluation in the current batch
+        self.win_idx = -1  # a child whose mover is lost (mate / won repetition): play it
+
+    def expand(self, moves: np.ndarray, logits: np.ndarray, value: float, temperature: float) -> None:
+        self.moves = moves
+        self.logits = logits
+        self.priors = softmax(logits / temperature)
+        self.child_n = np.zeros(len(moves), dtype=np.int32)
+        self.child_w = np.zeros(len(moves), dtype=np.float64)
+        self.children = [None] * len(moves)
+        self.value = value
+
+    def q(self) -> np.ndarray:
+        """Mean value of each child for the side to move here; unvisited children get this node's value."""
+        n = self.child_n
+        return np.where(n > 0, self.child_w / np.maximum(n, 1), self.value)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def puct_select(node: Node, c_init: float, c_base: float, c_fpu_reduction: float) -> int:
+    """dlshogi's PUCT: q + c(N) * P * sqrt(N) / (1 + n), unvisited children at the parent's value less
+    an FPU reduction that grows with the prior mass already visited."""
+    n = node.n
+    cn = node.child_n
+    visited = cn > 0
+    c = c_init + math.log((n + 1 + c_base) / c_base)
+    fpu = c_fpu_reduction * math.sqrt(float(node.priors[visited].sum())) if n else 0.0
+    parent_q = max(0.0, (node.w / n if n else node.value) - fpu)
+    q = np.where(visited, node.child_w / np.maximum(cn, 1), parent_q)
+    u = (math.sqrt(n) if n else 1.0) / (1.0 + cn)
+    return int(np.argmax(q + c * u * node.priors))
+
+
+@dataclass
+class SearchControl:
+    """When to stop; the USI layer may change it during the search (ponderhit, stop).
+
+    Deadlines are time.monotonic() seconds; while `infinite` is set only `stopped` and the node
+    limit end the search."""
+
+    stopped: bool = False
+    infinite: bool = False
+    target: float | None = None
+    hard: float | None = None
+    max_playouts: int | None = None
+    start: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class SearchResult:
+    bestmove: int | None  # None: no legal move
+    ponder: int | None
+    value: float  # for the side to move at the root
+    pv: list[int]
+    playouts: int
+    nodes: int
+    depth: int
+    seldepth: int
+    elapsed: float
+    mate_plies: int | None = None  # a forced win found in the tree, in plies
+
+
+class Search:
+    """One search tree, kept between moves so a descendant position reuses its subtree."""
+
+    def __init__(
+        self, evaluator: Evaluator, params: SearchParams | None = None, batch_size: int | None = None
+    ):
+        self.ev = evaluator
+        self.params = params or SearchParams()
+        self.batch_size = min(batch_size or evaluator.max_batch, evaluator.max_batch)
+        self.board = cshogi.Board()
+        self.cache: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+        self.root: Node | None = None
+        self.root_key: tuple[str, tuple[int, ...]] | None = None
+        self.nodes = 0
+        self.seldepth = 0
+        self._root_color = cshogi.BLACK
+        self._gumbel: tuple[np.ndarray, np.ndarray, list[int]] | None = None
+
+    # ----- position and tree reuse -----
+
+    def set_position(self, start_sfen: str, moves: list[int], max_reuse_plies: int = 4) -> None:
+        """Set the root to `start_sfen` + `moves`, keeping the subtree if the previous root leads here."""
+        self.board.set_sfen(start_sfen)
+        for m in moves:
+            self.board.push(m)
+        key = (start_sfen, tuple(moves))
+        self._root_color = self.board.turn
+        old, old_key = self.root, self.root_key
+        self.root, self.root_key = None, key
+        if old is None or old_key is None or old_key[0] != start_sfen:
+            return
+        prev = old_key[1]
+        extra = key[1][len(prev) :]
+        if key[1][: len(prev)] != prev or len(extra) > max_reuse_plies:
+            return
+        node: Node | None = old
+        for m in extra:
+            if node is None or node.moves is None or node.pending:
+                return
+            hit = np.flatnonzero(node.moves == m)
+            node = node.children[int(hit[0])] if len(hit) else None
+        if node is not None and node.moves is not None and not node.pending and node.terminal is None:
+            self.root = node
+            self.nodes = node.n + 1
+
+    def clear(self) -> None:
+        """Forget the tree and the NN cache (a new game)."""
+        self.root = self.root_key = None
+        self.cache.clear()
+        self.nodes = 0
+
+    # ----- evaluation helpers -----
+
+    def _draw_value(self, turn: int) -> float:
+        """A draw's value for the side to move `turn`, from the engine's (root side's) setting."""
+        p = self.params
+        mine = p.draw_value_black if self._root_color == cshogi.BLACK else p.draw_value_white
+        return mine if turn == self._root_color else 1.0 - mine
+
+    def _exact(self, node: Node, parent: Node | None, idx: int) -> bool:
+        """Decide `node` (the board is at it) without the network if the game ends here."""
+        board = self.board
+        t = terminal(board, max_moves=self.params.max_moves, repetition_ply=self.params.repetition_ply)
+        if t is not None:
+            node.terminal = node.value = t.value(board.turn, self._draw_value(board.turn))
+            if parent is not None and t.winner is not None and t.winner != board.turn:
+                parent.win_idx = idx
+            return True
+        if not board.is_check() and board.mate_move_in_1ply():
+            node.terminal = node.value = 1.0
+            return True
+        return False
+
+    def _from_cache(self, node: Node) -> bool:
+        hit = self.cache.get(self.board.zobrist_hash())
+        if hit is None:
+            return False
+        node.expand(hit[0], hit[1], hit[2], self.params.softmax_temperature)
+        return True
+
+    def _remember(self, key: int, moves: np.ndarray, logits: np.ndarray, value: float) -> None:
+        if len(self.cache) >= self.params.cache_size:
+            self.cache.clear()
+        self.cache[key] = (moves, logits, value)
+
+    def evaluate_root(self) -> Node:
+        """Make sure the root exists and is expanded (the board is at the root)."""
+        if self.root is None:
+            self.root = Node()
+            self.nodes = 1
+        root = self.root
+        if root.moves is None:
+            if not self._from_cache(root):
+                moves, labels = legal_moves_and_labels(self.board)
+                fill_features(self.board, self.ev.x1[0], self.ev.x2[0])
+                policy, value = self.ev.evaluate(1)
+                logits = policy[0][labels].astype(np.float64)
+                self._remember(self.board.zobrist_hash(), moves, logits, float(value[0]))
+                root.expand(moves, logits, float(value[0]), self.params.softmax_temperature)
+        return root
+
+    # ----- the search -----
+
+    @staticmethod
+    def _backup(path: list[tuple[Node, int]], value: float) -> None:
+        """`value` is for the side to move at the leaf; each parent sees its complement."""
+        for node, idx in reversed(path):
+            value = 1.0 - value
+            node.child_w[idx] += value
+            node.w += value
+
+    @staticmethod
+    def _undo_virtual_loss(path: list[tuple[Node, int]]) -> None:
+        for node, idx in path:
+            node.child_n[idx] -= 1
+            node.n -= 1
+
+    def _select_root(self, root: Node, sim: int) -> int:
+        if self._gumbel is None:
+            p = self.params
+            return puct_select(root, p.c_init_root, p.c_base_root, p.c_fpu_reduction_root)
+        g, mask, targets = self._gumbel
+        q_hat_sigma = self._gumbel_sigma(root)
+        target = targets[sim] if sim < len(targets) else int(root.child_n[mask].min())
+        try:
+            return gumbel.select_root(g, root.logits, q_hat_sigma, root.child_n, mask, target)
+        except ValueError:  # in-flight visits can skip a target; take the least visited considered
+            return int(np.flatnonzero(mask)[np.argmin(root.child_n[mask])])
+
+    def _gumbel_sigma(self, root: Node) -> np.ndarray:
+        p = self.params
+        cq = gumbel.completed_q(root.q(), root.child_n, root.priors, root.value)
+        return gumbel.sigma(gumbel.rescale_q(cq), int(root.child_n.max()), p.gumbel_c_visit, p.gumbel_c_scale)
+
+    def _collect(
+        self, sim_base: int
+    ) -> tuple[list[tuple[list[tuple[Node, int]], Node, int, np.ndarray, np.ndarray]], int]:
+        """Walk `batch_size` playouts; returns leaves queued for the network and playouts completed."""
+        board, p = self.board, self.params
+        root = self.root
+        queued: list = []
+        done = 0
+        collisions = 0
+        for _ in range(self.batch_size):
+            if self.nodes >= p.node_limit:
+                break
+            path: list[tuple[Node, int]] = []
+            node = root
+            while True:
+                if node.terminal is not None:
+                    self._backup(path, node.terminal)
+                    done += 1
+                    break
+                if node.pending:
+                    self._undo_virtual_loss(path)
+                    collisions += 1
+                    break
+                if node.moves is None:
+                    parent, pidx = path[-1] if path else (None, -1)
+                    self.nodes += 1
+                    if self._exact(node, parent, pidx) or self._from_cache(node):
+                        self._backup(path, node.value)
+                        done += 1
+                    else:
+                        moves, labels = legal_moves_and_labels(board)
+                        k = len(queued)
+                        fill_features(board, self.ev.x1[k], self.ev.x2[k])
+                        node.pending = True
+                        queued.append((path, node, board.zobrist_hash(), moves, labels))
+                    break
+                if node.win_idx >= 0:
+                    idx = node.win_idx
+                elif node is root:
+                    idx = self._select_root(root, sim_base + done + len(queued))
+                else:
+                    idx = puct_select(node, p.c_init, p.c_base, p.c_fpu_reduction)
+                node.child_n[idx] += 1
+                node.n += 1
+                child = node.children[idx]
+                if child is None:
+                    child = node.children[idx] = Node()
+                board.push(int(node.moves[idx]))
+                path.append((node, idx))
+                node = child
+            if len(path) > self.seldepth:
+                self.seldepth = len(path)
+            for _ in path:
+                board.pop()
+            if collisions > self.batch_size // 2 + 1:
+                break
+        return queued, done
+
+    def _run_batch(self, sim_base: int) -> int:
+        queued, done = self._collect(sim_base)
+        if queued:
+            policy, value = self.ev.evaluate(len(queued))
+            t = self.params.softmax_temperature
+            for i, (path, node, key, moves, labels) in enumerate(queued):
+                logits = policy[i][labels].astype(np.float64)
+                v = float(value[i])
+                self._remember(key, moves, logits, v)
+                node.expand(moves, logits, v, t)
+                node.pending = False
+                self._backup(path, v)
+        return done + len(queued)
+
+    def _should_stop(self, control: SearchControl, playouts: int, nps: float) -> bool:
+        root = self.root
+        if control.stopped or self.nodes >= self.params.node_limit:
+            return True
+        if control.max_playouts is not None and playouts >= control.max_playouts:
+            return True
+        if control.infinite:
+            return False
+        now = time.monotonic()
+        if control.hard is not None and now >= control.hard:
+            return True
+        if root.win_idx >= 0 or len(root.moves) == 1:
+            return True
+        if self._gumbel is not None:
+            return playouts >= len(self._gumbel[2])  # sequential halving spends its whole budget
+        if control.target is not None:
+            if now >= control.target:
+                return True
+            order = np.argsort(root.child_n)
+            if len(order) > 1 and nps > 0:
+                left = (control.target - now) * nps
+                if can_stop_early(int(root.child_n[order[-1]]), int(root.child_n[order[-2]]), left):
+                    return True
+        return False
+
+    def run(
+        self,
+        control: SearchControl,
+        on_info: Callable[[SearchResult], None] | None = None,
+        info_interval: float = 0.0,
+        rng: np.random.Generator | None = None,
+    ) -> SearchResult:
+        """Search from the root (set by `set_position`) until `control` says stop."""
+        root = self.evaluate_root()
+        self.seldepth = 0
+        start_playouts = root.n
+        playouts = 0
+        self._gumbel = None
+        if self.params.mode == "gumbel" and len(root.moves) > 1:
+            rng = rng or np.random.default_rng()
+            g = rng.gumbel(size=len(root.moves))
+            mask = gumbel.top_k_considered(g, root.logits, self.params.gumbel_considered)
+            budget = control.max_playouts or 64
+            targets = gumbel.considered_visits(int(mask.sum()), budget)
+            # a reused subtree already has visits: restart the halving over fresh root statistics
+            root.child_n[:] = 0
+            root.child_w[:] = 0.0
+            root.n, root.w, start_playouts = 0, 0.0, 0
+            self._gumbel = (g, mask, targets)
+        next_info = time.monotonic() + info_interval
+        while len(root.moves) and not self._should_stop(
+            control, playouts, playouts / max(time.monotonic() - control.start, 1e-3)
+        ):
+            playouts += self._run_batch(start_playouts + playouts)
+            if on_info is not None and info_interval > 0 and time.monotonic() >= next_info:
+                on_info(self.result(control))
+                next_info = time.monotonic() + info_interval
+        return self.result(control)
+
+    # ----- reading the tree -----
+
+    def best_index(self, node: Node) -> int:
+        if node.win_idx >= 0:
+            return node.win_idx
+        if node is self.root and self._gumbel is not None and node.child_n.any():
+            g, mask, _ = self._gumbel
+            return gumbel.final_move(g, node.logits, self._gumbel_sigma(node), node.child_n, mask)
+        n = node.child_n
+        if not n.any():
+            return int(np.argmax(node.priors))
+        q = node.q()
+        return int(np.lexsort((q, n))[-1])  # most visited, ties to the better value
+
+    def principal_variation(self, max_len: int = 64) -> list[int]:
+        pv: list[int] = []
+        node = self.root
+        while node is not None and node.moves is not None and len(node.moves) and len(pv) < max_len:
+            idx = self.best_index(node)
+            pv.append(int(node.moves[idx]))
+            if node.child_n[idx] == 0 and node.win_idx != idx:
+                break
+            node = node.children[idx]
+        return pv
+
+    def result(self, control: SearchControl) -> SearchResult:
+        root = self.root
+        elapsed = time.monotonic() - control.start
+        if root is None or root.moves is None or not len(root.moves):
+            return SearchResult(None, None, 0.0, [], 0, self.nodes, 0, self.seldepth, elapsed)
+        idx = self.best_index(root)
+        pv = self.principal_variation()
+        n = int(root.child_n[idx])
+        value = float(root.child_w[idx] / n) if n else root.value
+        mate = None
+        if root.win_idx >= 0:
+            value, mate = 1.0, 1
+        return SearchResult(
+            bestmove=int(root.moves[idx]),
+            ponder=pv[1] if len(pv) > 1 else None,
+            value=value,
+            pv=pv,
+            playouts=int(root.n),
+            nodes=self.nodes,
+            depth=len(pv),
+            seldepth=max(self.seldepth, len(pv)),
+            elapsed=elapsed,
+            mate_plies=mate,
+        )
+
+
+def policy_move(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    """The policy player's choice among legal-move logits: greedy at temperature 0, else sampled
+    from softmax(logits / temperature)."""
+    if temperature <= 0:
+        return int(np.argmax(logits))
+    probs = softmax(np.asarray(logits, dtype=np.float64) / temperature)
+    return int(rng.choice(len(probs), p=probs))

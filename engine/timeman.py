@@ -1,0 +1,63 @@
+"""How long to think: pure functions from a `go` command's clock to a soft target and a hard limit.
+
+The hard limit never exceeds what the clock allows for this move (time left + byoyomi + increment,
+less the safety margin); the soft target is what we aim for, and the search may stop earlier once
+the best move cannot change. All times are milliseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIN_THINK_MS = 10  # even with nothing left we must spend a little to produce a move
+DEFAULT_MOVE_HORIZON = 40  # sudden death: plan as if this many of our moves remain (at least)
+MAX_GAME_PLY = 320  # beyond this the horizon stops shrinking
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The side to move's clock as given by `go`: remaining time, increment, byoyomi (ms)."""
+
+    remaining: int = 0
+    increment: int = 0
+    byoyomi: int = 0
+
+
+@dataclass(frozen=True)
+class Budget:
+    target_ms: int  # aim to stop here
+    hard_ms: int  # never search beyond this
+
+
+def moves_to_go(ply: int) -> int:
+    """Our expected remaining moves: fewer as the game goes on, never fewer than 10."""
+    left_plies = max(MAX_GAME_PLY - ply, 0)
+    return max(10, min(DEFAULT_MOVE_HORIZON, left_plies // 2 + 10))
+
+
+def hard_limit(clock: Clock, byoyomi_margin: int, time_margin: int) -> int:
+    """The most this move may take: everything available minus the margin (byoyomi margin when the
+    clock has byoyomi, else the time margin), but if the margin would eat more than half of what is
+    available, half of it (a tiny clock still gets a move in time)."""
+    available = max(clock.remaining, 0) + max(clock.byoyomi, 0) + max(clock.increment, 0)
+    margin = byoyomi_margin if clock.byoyomi > 0 else time_margin
+    limit = available - max(margin, 0)
+    return max(MIN_THINK_MS, min(available, max(limit, available // 2)))
+
+
+def budget(clock: Clock, ply: int, byoyomi_margin: int = 0, time_margin: int = 0) -> Budget:
+    """Target: an even share of the remaining time plus the per-move time we get back (byoyomi
+    or increment); capped by the hard limit."""
+    hard = hard_limit(clock, byoyomi_margin, time_margin)
+    share = max(clock.remaining, 0) // moves_to_go(ply)
+    per_move = clock.byoyomi if clock.byoyomi > 0 else clock.increment
+    target = share + max(per_move, 0)
+    if clock.byoyomi > 0:
+        # byoyomi is lost if unused: always use it fully (minus the margin).
+        target = max(target, clock.byoyomi - byoyomi_margin)
+    return Budget(target_ms=max(MIN_THINK_MS, min(target, hard)), hard_ms=hard)
+
+
+def can_stop_early(best_visits: int, second_visits: int, remaining_playouts: float) -> bool:
+    """The most visited move cannot be overtaken by the playouts we can still afford."""
+    return best_visits - second_visits > remaining_playouts
