@@ -1,0 +1,130 @@
+"""Self-play output: finished games go through a queue to a background thread that appends them whole.
+
+Search never waits for the disk. Each game is appended in one piece (hcpe3 through `Hcpe3Writer`,
+.data through `append_data`), so an interrupted run leaves only whole games; `close()` drains the
+queue before returning, so every finished game is written.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine.moves import NUM_MOVE_LABELS
+from engine.network import value_to_eval
+from engine.records import (
+    DATA,
+    MOVE_INFO,
+    MOVE_VISITS,
+    OPPONENT_SELFPLAY,
+    RESULT_MASK,
+    Hcpe3Game,
+    Hcpe3Writer,
+    append_data,
+)
+
+FORMATS = ("hcpe3", "data")
+VISIT_SCALE = 65535  # hcpe3 visitNum holds round(p * 65535) of the improved policy
+
+
+@dataclass
+class GameRecord:
+    """One finished game: per searched position its hcp, played move, root value and policy target."""
+
+    start_hcp: np.ndarray
+    result: int = 0  # hcpe3 result byte (winner | reason bits)
+    hcps: list[np.ndarray] = field(default_factory=list)
+    move16s: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    candidates: list[np.ndarray] = field(default_factory=list)  # move16 of every legal move
+    labels: list[np.ndarray] = field(default_factory=list)
+    policies: list[np.ndarray] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.move16s)
+
+
+def to_hcpe3(game: GameRecord) -> Hcpe3Game:
+    moves = np.zeros(len(game), MOVE_INFO)
+    moves["selectedMove16"] = game.move16s
+    moves["eval"] = [value_to_eval(v) for v in game.values]
+    cands = []
+    for move16, p in zip(game.candidates, game.policies, strict=True):
+        c = np.empty(len(move16), MOVE_VISITS)
+        c["move16"] = move16
+        c["visitNum"] = np.rint(np.asarray(p) * VISIT_SCALE)
+        cands.append(c)
+    return Hcpe3Game(game.start_hcp, game.result, OPPONENT_SELFPLAY, moves, cands)
+
+
+def to_data(game: GameRecord) -> np.ndarray:
+    """The seed's fixed-size records: dense policy over the 2187 labels, result without reason bits."""
+    rec = np.zeros(len(game), DATA)
+    for i, (hcp, labels, p) in enumerate(zip(game.hcps, game.labels, game.policies, strict=True)):
+        rec[i]["hcp"] = hcp
+        policy = np.zeros(NUM_MOVE_LABELS, np.float32)
+        policy[labels] = p
+        rec[i]["policy"] = policy
+    rec["result"] = game.result & RESULT_MASK
+    return rec
+
+
+def output_path(out_dir: str | Path, fmt: str, tag: str = "") -> Path:
+    """selfplay-YYYYmmdd-HHMMSS-host-pid[tag].ext: distinct per run and per worker process."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    host = socket.gethostname().split(".")[0] or "host"
+    return Path(out_dir) / f"selfplay-{stamp}-{host}-{os.getpid()}{tag}.{fmt}"
+
+
+class GameWriter:
+    """Background writer thread fed by a queue of `GameRecord`s."""
+
+    def __init__(self, path: str | Path, fmt: str) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r}")
+        self.path = Path(path)
+        self.fmt = fmt
+        self.games = 0
+        self.positions = 0
+        self.error: BaseException | None = None
+        self._queue: queue.Queue[GameRecord | None] = queue.Queue()
+        self._hcpe3 = Hcpe3Writer(self.path) if fmt == "hcpe3" else None
+        self._thread = threading.Thread(target=self._loop, name="selfplay-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, game: GameRecord) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"{self.path}: writer failed: {self.error}") from self.error
+        self._queue.put(game)
+
+    def _write(self, game: GameRecord) -> None:
+        if self._hcpe3 is not None:
+            self._hcpe3.write(to_hcpe3(game))
+        else:
+            append_data(self.path, to_data(game))
+        self.games += 1
+        self.positions += len(game)
+
+    def _loop(self) -> None:
+        while (game := self._queue.get()) is not None:
+            if self.error is None:
+                try:
+                    self._write(game)
+                except BaseException as e:  # keep draining so close() cannot hang; put() reports it
+                    self.error = e
+
+    def close(self) -> None:
+        """Write every queued game, then close the file."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._hcpe3 is not None:
+            self._hcpe3.close()
+        if self.error is not None:
+            raise RuntimeError(f"{self.path}: writer failed: {self.error}") from self.error
