@@ -1,0 +1,149 @@
+"""The learning loop end to end on CPU (tiny network, few games), interrupted and resumed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.errors import UserError
+from train.loop import (
+    Interrupted,
+    LoopConfig,
+    LoopState,
+    RunPaths,
+    at_generation,
+    count_games,
+    init_generation0,
+    parse_schedule,
+    run_loop,
+    step_selfplay,
+    window_files,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def tiny(run: Path, **overrides) -> LoopConfig:
+    base = dict(
+        dir=str(run),
+        generations=1,
+        network="tiny",
+        games="3",
+        sims="4",
+        parallel="4",
+        max_moves=24,
+        window="8",
+        batch_size="32",
+        lr="0.01",
+        eval_games=2,
+        eval_nodes=4,
+        eval_max_moves=16,
+        eval_random_plies=2,
+        eval_batch=4,
+        eval_timeout=60.0,
+        progress=False,
+    )
+    return LoopConfig(**{**base, **overrides})
+
+
+def test_schedules():
+    assert parse_schedule("100:200:400") == [100, 200, 400]
+    assert [at_generation([100, 200, 400], g) for g in (1, 2, 3, 4, 9)] == [100, 200, 400, 400, 400]
+    assert parse_schedule("0.1:0.05", float) == [0.1, 0.05]
+    for bad in ("", "1:x", "0", "5:-1"):
+        with pytest.raises(UserError):
+            parse_schedule(bad)
+
+
+class Stop(Exception):
+    pass
+
+
+def stop_after(g_stop: int, step_stop: str):
+    def hook(g: int, step: str) -> None:
+        if (g, step) == (g_stop, step_stop):
+            raise Stop
+
+    return hook
+
+
+def test_two_generations_interrupted_and_resumed(tmp_path):
+    run = tmp_path / "run"
+    log: list[str] = []
+    cfg = tiny(run)
+    paths = RunPaths(run)
+    state = LoopState.load(paths.state, cfg.network)
+    # A self-play killed after 2 of 3 games: its whole games stay in the folder.
+    init_generation0(cfg, paths, state, log.append)
+    partial = step_selfplay(tiny(run, games="2"), paths, 1, log.append)
+    assert partial["games"] == 2 and count_games(paths.selfplay(1))[0] == 2
+
+    # Generation 1 stops right after training (as if interrupted before the export).
+    with pytest.raises(Stop):
+        run_loop(cfg, log.append, on_step=stop_after(1, "train"))
+    state = json.loads(paths.state.read_text())["generations"]
+    assert set(state["1"]) == {"selfplay", "train"}
+    assert state["1"]["selfplay"]["games"] == 3 and state["1"]["selfplay"]["games_this_session"] == 1
+    assert not paths.onnx(1).exists() and not paths.jsonl.exists()
+    trained = paths.checkpoint(1).stat().st_mtime_ns
+    selfplay_files = {f: f.stat().st_mtime_ns for f in paths.selfplay(1).iterdir()}
+
+    # Rerun to two generations: generation 1 continues at export, nothing finished is redone.
+    steps: list[tuple[int, str]] = []
+    rows = run_loop(tiny(run, generations=2), log.append, on_step=lambda g, s: steps.append((g, s)))
+    assert steps == [(1, "export"), (1, "eval"), (2, "selfplay"), (2, "train"), (2, "export"), (2, "eval")]
+    assert paths.checkpoint(1).stat().st_mtime_ns == trained
+    assert {f: f.stat().st_mtime_ns for f in paths.selfplay(1).iterdir()} == selfplay_files
+    state = json.loads(paths.state.read_text())["generations"]
+    assert state["1"]["train"]["finished_at"] < state["1"]["export"]["finished_at"]
+
+    # What each generation records.
+    assert [r["generation"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["games"] == 3 and r["positions"] > 0 and r["policy_loss"] > 0
+        for key in ("vs_prev", "vs_gen0", "vs_greedy"):
+            m = r[key]
+            assert m["wins"] + m["losses"] + m["draws"] == 2
+    assert rows[0]["vs_prev"] == rows[0]["vs_gen0"]  # generation 1's previous model is generation 0
+    assert rows[1]["ladder_elo"] == pytest.approx(rows[0]["ladder_elo"] + rows[1]["vs_prev"]["elo"])
+    assert len(paths.jsonl.read_text().splitlines()) == 2
+    assert (run / "strength.png").stat().st_size > 1000
+    assert len(list((paths.gen(2) / "eval" / "greedy").glob("*.csa"))) == 2
+    assert window_files(paths, 2, 1) == sorted(paths.selfplay(2).glob("*.hcpe3"))[-1:]
+
+    # Everything done: a rerun changes nothing.
+    steps.clear()
+    assert run_loop(tiny(run, generations=2), log.append, on_step=lambda g, s: steps.append((g, s))) == rows
+    assert steps == []
+
+
+def test_loop_cli_errors(tmp_path):
+    for args, message in (
+        (["--games", "10:0"], "--games"),
+        (["--generations", "0"], "--generations"),
+        (["--network", "huge"], "invalid choice"),
+    ):
+        out = subprocess.run(
+            [sys.executable, str(REPO / "bin" / "loop"), "--dir", str(tmp_path / "r"), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_interrupted_step_is_not_marked_done(tmp_path, monkeypatch):
+    import train.loop as loop
+
+    def interrupted(*_args, **_kw):
+        raise Interrupted("gen 1: self-play interrupted")
+
+    monkeypatch.setattr(loop, "step_selfplay", interrupted)
+    with pytest.raises(Interrupted):
+        run_loop(tiny(tmp_path / "run", eval_games=0), lambda m: None)
+    state = json.loads((tmp_path / "run" / "state.json").read_text())["generations"]
+    assert "1" not in state and "export" in state["0"]

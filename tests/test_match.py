@@ -1,0 +1,244 @@
+"""The material-greedy USI player and the match runner (arbitration, records, broken engines)."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import cshogi
+import cshogi.usi
+import pytest
+
+from engine.errors import UserError
+from engine.greedy_usi import choose_move, move_score, parse_position
+from engine.match import (
+    EngineSpec,
+    Opening,
+    parse_opening,
+    random_openings,
+    read_openings,
+    run_match,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+GREEDY = str(REPO / "bin" / "greedy_usi")
+
+
+def fake_engine(tmp_path: Path, name: str, on_go: str) -> str:
+    """A scripted USI engine whose `go` answer is the Python expression `on_go` (board in scope)."""
+    path = tmp_path / name
+    path.write_text(
+        f"#!{sys.executable}\n"
+        + textwrap.dedent(
+            f"""
+            import sys, cshogi
+            board = cshogi.Board()
+            for line in sys.stdin:
+                w = line.split()
+                if not w: continue
+                if w[0] == "usi": print("id name {name}\\nusiok", flush=True)
+                elif w[0] == "isready": print("readyok", flush=True)
+                elif w[0] == "quit": break
+                elif w[0] == "position":
+                    board = cshogi.Board()
+                    for m in w[3:]: board.push_usi(m)
+                elif w[0] == "go": print("bestmove " + ({on_go}), flush=True)
+            """
+        )
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+# ----- greedy player -----
+
+
+def test_greedy_takes_a_free_rook_and_keeps_its_own():
+    board = cshogi.Board("4k4/9/9/9/4r4/4S4/9/9/4K4 b - 1")
+    assert choose_move(board, random.Random(0)) == "5f5e"
+    # Black's rook is attacked by a pawn that a gold defends: it must step away, not take or stay.
+    board = cshogi.Board("4k4/9/4g4/4p4/4R4/9/9/9/4K4 b - 1")
+    king_move = board.move_from_usi("5i4h")
+    assert move_score(board, king_move) == -2 * 990
+    assert move_score(board, board.move_from_usi("5e5d")) == 2 * 90 - 2 * 990
+    for seed in range(5):
+        move = board.move_from_usi(choose_move(board, random.Random(seed)))
+        assert cshogi.move_from(move) == cshogi.move_from(board.move_from_usi("5e5f"))
+        assert move_score(board, move) >= 0
+
+
+def test_greedy_mates_in_one_declares_and_resigns():
+    board = cshogi.Board("4k4/9/4P4/9/9/9/9/9/4K4 b G 1")
+    assert choose_move(board, random.Random(0)) == "G*5b"
+    assert choose_move(cshogi.Board("4k4/4G4/4P4/9/9/9/9/9/4K4 w - 2"), random.Random(0)) == "resign"
+
+
+def test_greedy_parse_position_rejects_bad_input():
+    assert parse_position(["startpos", "moves", "7g7f"]).move_number == 2
+    for bad in (["sfen", "x"], ["startpos", "moves", "7g7e"], []):
+        with pytest.raises(ValueError):
+            parse_position(bad)
+
+
+def test_greedy_speaks_usi_through_cshogi():
+    engine = cshogi.usi.Engine(GREEDY)
+    try:
+        assert engine.name == "GreedyMaterial"
+        engine.setoption("Seed", 7)
+        engine.isready()
+        engine.usinewgame()
+        board = cshogi.Board()
+        for _ in range(6):
+            engine.position([cshogi.move_to_usi(m) for m in board.history])
+            move, _ = engine.go(byoyomi=100)
+            assert board.is_legal(board.move_from_usi(move))
+            board.push_usi(move)
+    finally:
+        engine.quit()
+
+
+def test_greedy_survives_garbage():
+    out = subprocess.run(
+        [GREEDY],
+        input="usi\nposition sfen nonsense\nposition startpos moves 1a1b\nsetoption name Seed value x\n"
+        "isready\nposition startpos\ngo nodes 1\nquit\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0 and not out.stderr
+    assert out.stdout.count("info string error") == 3
+    assert out.stdout.strip().splitlines()[-1].startswith("bestmove ")
+
+
+# ----- openings -----
+
+
+def test_openings():
+    ops = random_openings(5, 4, seed=1)
+    assert len(ops) == 5 and len(set(ops)) == 5 and all(len(o.moves) == 4 for o in ops)
+    assert ops == random_openings(5, 4, seed=1)
+    o = parse_opening("position startpos moves 7g7f 3c3d")
+    assert o == Opening("startpos", ("7g7f", "3c3d")) and o.board().move_number == 3
+    assert parse_opening(cshogi.STARTING_SFEN).position.startswith("sfen ")
+    for bad in ("startpos moves 7g7e", "sfen 9/9 b - 1", "hello"):
+        with pytest.raises(ValueError):
+            parse_opening(bad)
+
+
+def test_read_openings_errors(tmp_path):
+    good = tmp_path / "ok.txt"
+    good.write_text("# comment\nstartpos moves 2g2f\n\n")
+    assert read_openings(good) == [Opening("startpos", ("2g2f",))]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("startpos moves 2g2f\nstartpos moves 9a9z\n")
+    with pytest.raises(UserError, match="bad.txt:2"):
+        read_openings(bad)
+    with pytest.raises(UserError, match="missing"):
+        read_openings(tmp_path / "missing")
+
+
+# ----- matches -----
+
+
+def test_greedy_beats_first_legal_move_player(tmp_path):
+    first = fake_engine(tmp_path, "first", "cshogi.move_to_usi(next(iter(board.legal_moves)))")
+    result = run_match(
+        [EngineSpec(GREEDY), EngineSpec(first)],
+        4,
+        nodes=1,
+        max_moves=256,
+        openings=random_openings(2, 2, seed=3),
+        csa_dir=tmp_path / "csa",
+        sfen_path=tmp_path / "games.sfen",
+        progress=False,
+    )
+    assert result.names == ("GreedyMaterial", "first")
+    assert len(result.games) == 4 and [g.black for g in result.games] == [0, 1, 0, 1]
+    assert result.wins == 4, result.summary()
+    assert result.elo.elo > 0 and result.summary()["reasons"]
+    # records replay to the same game end
+    lines = (tmp_path / "games.sfen").read_text().splitlines()
+    assert len(lines) == 4
+    for line, game in zip(lines, result.games, strict=True):
+        words = line.split()
+        board = cshogi.Board()
+        for m in words[words.index("moves") + 1 :]:
+            board.push_usi(m)
+        assert board.is_game_over() == (game.reason == "checkmate")
+    csa = sorted((tmp_path / "csa").glob("*.csa"))
+    assert len(csa) == 4
+    parsed = cshogi.CSA.Parser.parse_file(str(csa[0]))[0]
+    # the record starts after the 2-ply opening, which is named in a comment, not replayed as moves
+    assert len(parsed.moves) == len(result.games[0].moves)
+    after_opening = cshogi.Board()
+    for usi in result.games[0].opening.moves:
+        after_opening.push_usi(usi)
+    assert parsed.sfen.split()[:3] == after_opening.sfen().split()[:3]  # CSA has no move number
+
+
+def test_illegal_moves_and_false_declarations_lose(tmp_path):
+    illegal = fake_engine(tmp_path, "illegal", '"9a9z" if board.turn else "1a1b"')
+    declarer = fake_engine(tmp_path, "declarer", '"win"')
+    resigner = fake_engine(tmp_path, "resigner", '"resign"')
+    for bad, reason in ((illegal, "illegal move"), (declarer, "illegal declaration"), (resigner, "resign")):
+        result = run_match([EngineSpec(GREEDY), EngineSpec(bad)], 2, nodes=1, progress=False)
+        assert (result.wins, result.losses, result.draws) == (2, 0, 0)
+        assert {g.reason for g in result.games} == {reason}
+
+
+def test_crash_and_hang_lose_and_restart(tmp_path):
+    crasher = fake_engine(tmp_path, "crasher", "sys.exit(3)")
+    result = run_match([EngineSpec(crasher), EngineSpec(GREEDY)], 2, nodes=1, progress=False)
+    assert (result.wins, result.losses) == (0, 2) and {g.reason for g in result.games} == {"crash"}
+    hanger = fake_engine(tmp_path, "hanger", "__import__('time').sleep(60) or ''")
+    result = run_match([EngineSpec(hanger), EngineSpec(GREEDY)], 1, nodes=1, timeout=1.0, progress=False)
+    assert result.games[0].reason == "timeout" and result.losses == 1
+
+
+def test_max_moves_is_a_draw():
+    result = run_match(
+        [EngineSpec(GREEDY), EngineSpec(GREEDY, {"Seed": "1"})], 2, nodes=1, max_moves=6, progress=False
+    )
+    assert result.draws == 2 and all(len(g.moves) == 6 for g in result.games)
+    assert result.elo.elo == pytest.approx(0.0)
+
+
+def test_engine_that_cannot_start_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="cannot start"):
+        run_match([EngineSpec(str(tmp_path / "nope")), EngineSpec(GREEDY)], 1, nodes=1, progress=False)
+    dead = tmp_path / "dead"
+    dead.write_text(f"#!{sys.executable}\nimport sys\nsys.stderr.write('boom\\n')\n")
+    dead.chmod(0o755)
+    with pytest.raises(UserError, match="boom"):
+        run_match([EngineSpec(str(dead)), EngineSpec(GREEDY)], 1, nodes=1, progress=False)
+
+
+def test_match_cli(tmp_path):
+    cmd = [sys.executable, str(REPO / "bin" / "match"), GREEDY, GREEDY, "--games", "2", "--nodes", "1"]
+    out = subprocess.run(
+        [*cmd, "--max-moves", "8", "--option2", "Seed=3", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert '"games": 2' in out.stdout
+    relative = subprocess.run(  # a relative engine path works although engines run in their own folder
+        [sys.executable, "bin/match", "bin/greedy_usi", "bin/greedy_usi", "--games", "1", "--nodes", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert relative.returncode == 0, relative.stderr
+    for extra, message in (
+        (["--option1", "Seed"], "NAME=VALUE"),
+        (["--games", "0"], "--games must be positive"),
+        (["--openings", str(tmp_path / "none")], "--openings"),
+    ):
+        bad = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr
