@@ -525,9 +525,12 @@ def play_match(
     csa_dir: str | os.PathLike | None = None,
     sfen_path: str | os.PathLike | None = None,
     progress: bool = True,
+    paired: bool = True,
 ) -> MatchResult:
     """`games` games between two started engines, engine 0 Black in even games. Opening k is used by
-    games 2k and 2k+1 (cycling). Records: one CSA file per game; one `position ...` line per game."""
+    games 2k and 2k+1 (cycling) when `paired`, else by game k alone (for data generation, where a
+    deterministic engine would replay the same game with colours swapped). Records: one CSA file per
+    game; one `position ...` line per game."""
     if games < 1:
         raise UserError(f"--games must be >= 1, got {games}")
     if nodes is None and byoyomi is None:
@@ -539,7 +542,7 @@ def play_match(
     try:
         with tqdm(total=games, unit="game", disable=not progress, dynamic_ncols=True) as bar:
             for i in range(games):
-                opening = openings[(i // 2) % len(openings)]
+                opening = openings[(i // 2 if paired else i) % len(openings)]
                 game = play_game(engines, opening, i % 2, nodes, byoyomi, max_moves)
                 result.games.append(game)
                 if csa_dir is not None:

@@ -147,3 +147,25 @@ def test_interrupted_step_is_not_marked_done(tmp_path, monkeypatch):
         run_loop(tiny(tmp_path / "run", eval_games=0), lambda m: None)
     state = json.loads((tmp_path / "run" / "state.json").read_text())["generations"]
     assert "1" not in state and "export" in state["0"]
+
+
+def test_loop_starts_from_an_init_checkpoint_and_still_meets_a_random_reference(tmp_path):
+    import torch
+
+    from engine.network import build, load_model, preset, save_checkpoint
+
+    init = tmp_path / "supervised.pt"
+    save_checkpoint(init, build(preset("tiny", fcl=24), seed=5))
+    run = tmp_path / "run"
+    rows = run_loop(tiny(run, init=str(init), games="2", greedy=False), lambda _: None)
+    paths = RunPaths(run)
+    gen0, source = load_model(paths.checkpoint(0)), load_model(init)
+    assert gen0.config.fcl == 24  # the run takes the init's architecture, not --network's preset
+    for a, b in zip(gen0.state_dict().values(), source.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    random_ref = load_model(paths.random_checkpoint)
+    assert random_ref.config == source.config
+    assert not torch.equal(random_ref.state_dict()["l1_1_1.weight"], source.state_dict()["l1_1_1.weight"])
+    assert paths.random_onnx.is_file()
+    assert set(rows[0]) >= {"vs_prev", "vs_random"}
+    assert rows[0]["vs_random"]["wins"] + rows[0]["vs_random"]["losses"] + rows[0]["vs_random"]["draws"] == 2

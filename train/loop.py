@@ -31,7 +31,7 @@ from typing import Any
 from engine.errors import UserError
 from engine.fileio import atomic_write_bytes, atomic_write_text
 from engine.match import EngineSpec, play_match, random_openings, started
-from engine.network import build, preset, save_checkpoint
+from engine.network import build, load_model, preset, save_checkpoint
 from engine.records import iter_hcpe3_games
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +72,7 @@ class LoopConfig:
     dir: str = "run"
     generations: int = 10
     network: str = "small"
+    init: str | None = None  # start from this checkpoint (gen 0) instead of a random-init network
     seed: int = 0
     # self-play (schedules: "a:b:c" = per-generation values, the last repeated)
     games: str = "200"
@@ -147,6 +148,15 @@ class RunPaths:
 
     def onnx(self, g: int) -> Path:
         return self.gen(g) / "model.onnx"
+
+    @property
+    def random_checkpoint(self) -> Path:
+        """The random-init reference opponent of a run started from --init (else gen 0 is it)."""
+        return self.gen(0) / "random.pt"
+
+    @property
+    def random_onnx(self) -> Path:
+        return self.gen(0) / "random.onnx"
 
     @property
     def state(self) -> Path:
@@ -350,6 +360,8 @@ def opponents(cfg: LoopConfig, paths: RunPaths, g: int) -> dict[str, EngineSpec]
     out = {"prev": model_engine(cfg, play_model(paths, g - 1), f"gen{g - 1}")}
     if g > 1:
         out["gen0"] = model_engine(cfg, play_model(paths, 0), "gen0")
+    if cfg.init:
+        out["random"] = model_engine(cfg, paths.random_onnx, "random-init")
     if cfg.greedy:
         out["greedy"] = EngineSpec(str(GREEDY_ENGINE), {"Seed": str(cfg.seed + g)}, "greedy")
     return out
@@ -487,10 +499,20 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def init_generation0(cfg: LoopConfig, paths: RunPaths, state: LoopState, log: Callable[[str], None]) -> None:
+    """Generation 0: a random-init network, or the --init checkpoint plus a random-init reference of its
+    architecture (so 'vs random' is measured either way)."""
     if state.done(0, "export"):
         return
     ckpt = paths.checkpoint(0)
-    if not ckpt.exists():
+    if cfg.init:
+        net = load_model(cfg.init)
+        if not ckpt.exists():
+            save_checkpoint(ckpt, net, generation=0, source=str(cfg.init))
+            log(f"gen 0: {cfg.init} ({net.config.blocks}x{net.config.channels}) -> {ckpt}")
+        if not paths.random_checkpoint.exists():
+            save_checkpoint(paths.random_checkpoint, build(net.config, seed=cfg.seed), generation=0)
+        export_model(paths.random_checkpoint, paths.random_onnx, cfg.eval_batch, log)
+    elif not ckpt.exists():
         save_checkpoint(ckpt, build(preset(cfg.network), seed=cfg.seed), generation=0)
         log(f"gen 0: random-init '{cfg.network}' network (seed {cfg.seed}) -> {ckpt}")
     state.finish(0, "export", export_model(ckpt, paths.onnx(0), cfg.eval_batch, log))
