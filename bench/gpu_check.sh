@@ -28,7 +28,7 @@ if not torch.cuda.is_available():
     print("SKIP: torch has no CUDA device"); sys.exit(0)
 from engine.backend_torch import TorchEvaluator
 from engine.network import build, preset
-from export.onnx_export import random_positions
+from engine.position import random_positions
 boards = random_positions(512, seed=1)
 def softmax(p):
     e = np.exp(p - p.max(1, keepdims=True)); return e / e.sum(1, keepdims=True)
@@ -59,7 +59,7 @@ from engine.backend_trt import TrtEvaluator
 from engine.network import build, preset
 from engine.onnx_model import write_onnx
 from engine.trt_engine import build_cached_engine, has_fp16_flag, import_tensorrt
-from export.onnx_export import random_positions
+from engine.position import random_positions
 trt = import_tensorrt()
 typed16 = not has_fp16_flag(trt)
 print(f"TensorRT {trt.__version__}; FP16 via {'FP16-typed ONNX (strongly typed)' if typed16 else 'BuilderFlag.FP16'}")

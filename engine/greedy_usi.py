@@ -18,6 +18,8 @@ from typing import IO
 
 import cshogi
 
+from engine.position import board_after, parse_position
+
 NAME = "GreedyMaterial"
 # Apery-style piece values (centipawns) by cshogi piece type 1..14; a piece in hand counts its
 # unpromoted value, so a capture gains the victim's board value plus its hand value.
@@ -73,29 +75,6 @@ def choose_move(board: cshogi.Board, rng: random.Random) -> str:
     return cshogi.move_to_usi(rng.choice([m for m, s in zip(moves, scores, strict=True) if s == best]))
 
 
-def parse_position(args: list[str]) -> cshogi.Board:
-    """`position startpos|sfen <4 fields> [moves ...]`; ValueError on anything malformed or illegal."""
-    if "moves" in args:
-        k = args.index("moves")
-        head, usi_moves = args[:k], args[k + 1 :]
-    else:
-        head, usi_moves = args, []
-    if head == ["startpos"]:
-        board = cshogi.Board()
-    elif len(head) in (4, 5) and head[0] == "sfen" and head[1].count("/") == 8 and head[2] in ("b", "w"):
-        board = cshogi.Board(" ".join(head[1:]) + ("" if len(head) == 5 else " 1"))
-        if not board.is_ok():
-            raise ValueError(f"not a legal position: {' '.join(head[1:])}")
-    else:
-        raise ValueError(f"position needs startpos or sfen <board> <side> <hand> [ply]: {' '.join(head)}")
-    for i, usi in enumerate(usi_moves):
-        move = board.move_from_usi(usi)
-        if not move or not board.is_legal(move):
-            raise ValueError(f"move {i + 1} {usi!r} is illegal")
-        board.push(move)
-    return board
-
-
 class GreedyPlayer:
     """The USI command loop; `out` receives reply lines."""
 
@@ -124,7 +103,7 @@ class GreedyPlayer:
             self.setoption(args)
         elif cmd == "position":
             try:
-                self.board = parse_position(args)
+                self.board = board_after(*parse_position(args))
             except ValueError as e:
                 self.out(f"info string error: position: {e} (position unchanged)")
         elif cmd == "go":

@@ -34,6 +34,7 @@ from engine.features import fill_features
 from engine.mate import MAX_DEPTH, MateResult, dfpn, mate_search
 from engine.moves import legal_moves_and_labels
 from engine.network import value_to_eval
+from engine.position import parse_position
 from engine.puct import SEARCH_MODES, Search, SearchControl, SearchParams, SearchResult, policy_move
 
 ENGINE_NAME = "GumbelShogi"
@@ -128,100 +129,7 @@ def default_options() -> list[Option]:
     ]
 
 
-# ----- position and go parsing (validated here: cshogi aborts the process on a bad SFEN) -----
-
-_PIECE_MAX = {"k": 2, "r": 2, "b": 2, "g": 4, "s": 4, "n": 4, "l": 4, "p": 18}
-_RANK_RE = re.compile(r"(\+?[KRBGSNLPkrbgsnlp]|[1-9])")
-_HAND_RE = re.compile(r"(\d*)([RBGSNLPrbgsnlp])")
-
-
-def check_sfen(sfen: str) -> None:
-    """Raise ValueError unless `sfen` is a well-formed position cshogi can load safely."""
-    parts = sfen.split()
-    if len(parts) not in (3, 4):
-        raise ValueError(f"sfen needs board, side, hand and move number: {sfen!r}")
-    board, side, hand = parts[:3]
-    if len(parts) == 4 and not (parts[3].isdigit() and int(parts[3]) >= 1):
-        raise ValueError(f"bad move number {parts[3]!r}")
-    if side not in ("b", "w"):
-        raise ValueError(f"side to move must be b or w, got {side!r}")
-    counts: dict[str, int] = {}
-    kings = {"K": 0, "k": 0}
-    pawn_files: set[tuple[str, int]] = set()
-    ranks = board.split("/")
-    if len(ranks) != 9:
-        raise ValueError(f"board needs 9 ranks, got {len(ranks)}")
-    for r, rank in enumerate(ranks):
-        tokens = _RANK_RE.findall(rank)
-        if "".join(tokens) != rank:
-            raise ValueError(f"bad rank {rank!r}")
-        file = 0
-        for tok in tokens:
-            if tok.isdigit():
-                file += int(tok)
-                continue
-            piece = tok[-1]
-            promoted = tok.startswith("+")
-            if promoted and piece.lower() in "kg":
-                raise ValueError(f"{tok!r} cannot be promoted")
-            if piece in kings:
-                kings[piece] += 1
-            black = piece.isupper()
-            from_end = r if black else 8 - r  # ranks from the far edge for this piece's owner
-            if not promoted and (
-                piece.lower() in "pl" and from_end == 0 or piece.lower() == "n" and from_end < 2
-            ):
-                raise ValueError(f"{tok!r} on rank {r + 1} can never move")
-            if not promoted and piece.lower() == "p":
-                if (piece, file) in pawn_files:
-                    raise ValueError("two unpromoted pawns on one file (nifu)")
-                pawn_files.add((piece, file))
-            counts[piece.lower()] = counts.get(piece.lower(), 0) + 1
-            file += 1
-        if file != 9:
-            raise ValueError(f"rank {rank!r} has {file} squares, not 9")
-    if kings != {"K": 1, "k": 1}:
-        raise ValueError("each side needs exactly one king")
-    if hand != "-":
-        tokens = _HAND_RE.findall(hand)
-        if "".join(n + p for n, p in tokens) != hand:
-            raise ValueError(f"bad hand {hand!r}")
-        for n, p in tokens:
-            counts[p.lower()] = counts.get(p.lower(), 0) + (int(n) if n else 1)
-    for p, n in counts.items():
-        if n > _PIECE_MAX[p]:
-            raise ValueError(f"too many {p.upper()} pieces ({n} > {_PIECE_MAX[p]})")
-
-
-def parse_position(args: list[str]) -> tuple[str, list[int]]:
-    """`position startpos|sfen <sfen> [moves ...]` -> (start sfen, legal moves as cshogi ints)."""
-    if not args:
-        raise ValueError("position needs startpos or sfen")
-    if "moves" in args:
-        k = args.index("moves")
-        head, usi_moves = args[:k], args[k + 1 :]
-    else:
-        head, usi_moves = args, []
-    if head == ["startpos"]:
-        sfen = cshogi.STARTING_SFEN
-    elif head and head[0] == "sfen":
-        sfen = " ".join(head[1:])
-        check_sfen(sfen)
-        if len(head) == 4:
-            sfen += " 1"
-    else:
-        raise ValueError(f"position needs startpos or sfen, got {' '.join(head)!r}")
-    board = cshogi.Board(sfen)
-    if not board.is_ok():
-        raise ValueError(f"sfen is not a legal position: {sfen!r}")
-    moves = []
-    for i, usi in enumerate(usi_moves):
-        legal = {cshogi.move_to_usi(m): m for m in board.legal_moves}
-        if usi not in legal:
-            raise ValueError(f"move {i + 1} {usi!r} is illegal")
-        board.push(legal[usi])
-        moves.append(legal[usi])
-    return sfen, moves
+# ----- go parsing (positions are parsed and validated in engine/position.py) -----
 
 
 _GO_INT = ("btime", "wtime", "binc", "winc", "byoyomi", "nodes", "movetime")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from engine.errors import UserError, cli_main
 from engine.fileio import atomic_write_bytes
 from engine.network import PolicyValueNetwork, load_model
 from engine.onnx_model import DEFAULT_OPSET, onnx_bytes
+from engine.position import random_positions
 
 # Policy tolerance is relative to the largest logit (random-init deep nets have large ones); value
 # tolerance is absolute on the win probability.
@@ -55,21 +55,6 @@ class ExportReport:
             f"policy logits max abs diff {self.policy_max_abs:.3g}, value max abs diff "
             f"{self.value_max_abs:.3g} (tolerance {self.tolerance:g}) {verdict}"
         )
-
-
-def random_positions(count: int, seed: int = 0, max_plies: int = 150) -> list[cshogi.Board]:
-    """Positions along random legal games: both colours to move, pieces in hand, checks."""
-    rng = random.Random(seed)
-    boards = []
-    while len(boards) < count:
-        board = cshogi.Board()
-        for _ in range(rng.randrange(max_plies)):
-            moves = list(board.legal_moves)
-            if not moves:
-                break
-            board.push(rng.choice(moves))
-        boards.append(board)
-    return boards
 
 
 def compare(

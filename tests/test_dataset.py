@@ -9,6 +9,7 @@ from engine import records
 from engine.errors import UserError
 from engine.features import features_from_boards, features_from_hcps, mirror_features
 from engine.moves import labels_from_move16, legal_moves_and_labels, mirror_label_permutation
+from tests.test_features import mirrored_board
 from train import synthetic
 from train.dataset import (
     BatchDataset,
@@ -84,31 +85,6 @@ def test_data_and_cache_targets(files):
         assert set(np.flatnonzero(batch.policy[row])) <= set(legal.tolist())
 
 
-def mirror_sfen(sfen: str) -> str:
-    """Left-right mirror of a position: reverse each rank's squares (keeping '+' with its piece)."""
-    rows, rest = sfen.split(" ", 1)
-    out = []
-    for row in rows.split("/"):
-        cells, promote = [], ""
-        for ch in row:
-            if ch == "+":
-                promote = "+"
-            elif ch.isdigit():
-                cells.extend([""] * int(ch))
-            else:
-                cells.append(promote + ch)
-                promote = ""
-        text, empty = "", 0
-        for c in reversed(cells):
-            if c:
-                text += (str(empty) if empty else "") + c
-                empty = 0
-            else:
-                empty += 1
-        out.append(text + (str(empty) if empty else ""))
-    return "/".join(out) + " " + rest
-
-
 def mirror_usi(usi: str) -> str:
     def sq(s: str) -> str:
         return str(10 - int(s[0])) + s[1]
@@ -121,7 +97,7 @@ def mirror_usi(usi: str) -> str:
 def test_mirror_matches_mirrored_positions():
     perm = mirror_label_permutation()
     boards = list(synthetic.random_positions(40, seed=7))[::4]
-    mirrored = [cshogi.Board(mirror_sfen(b.sfen())) for b in boards]
+    mirrored = [mirrored_board(b) for b in boards]
     x1, x2 = features_from_boards(boards)
     m1, m2 = mirror_features(x1, x2)
     y1, y2 = features_from_boards(mirrored)

@@ -12,7 +12,8 @@ import pytest
 from engine.backend_onnx import OnnxEvaluator
 from engine.backend_torch import TorchEvaluator
 from engine.network import save_checkpoint
-from export.onnx_export import export_onnx, random_positions
+from engine.position import random_positions
+from export.onnx_export import export_onnx
 from tests.test_backends import trained_like
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

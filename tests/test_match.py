@@ -13,7 +13,7 @@ import cshogi.usi
 import pytest
 
 from engine.errors import UserError
-from engine.greedy_usi import choose_move, move_score, parse_position
+from engine.greedy_usi import GreedyPlayer, choose_move, move_score
 from engine.match import (
     EngineSpec,
     Opening,
@@ -76,11 +76,20 @@ def test_greedy_mates_in_one_declares_and_resigns():
     assert choose_move(cshogi.Board("4k4/4G4/4P4/9/9/9/9/9/4K4 w - 2"), random.Random(0)) == "resign"
 
 
-def test_greedy_parse_position_rejects_bad_input():
-    assert parse_position(["startpos", "moves", "7g7f"]).move_number == 2
-    for bad in (["sfen", "x"], ["startpos", "moves", "7g7e"], []):
-        with pytest.raises(ValueError):
-            parse_position(bad)
+def test_greedy_reports_bad_positions_and_keeps_the_last_good_one():
+    lines: list[str] = []
+    player = GreedyPlayer(lines.append)
+    player.handle("position startpos moves 7g7f")
+    assert player.board.move_number == 2
+    for bad in (
+        "position sfen x",
+        "position startpos moves 7g7e",
+        "position",
+        "position startpos moves 7g7f+",
+    ):
+        player.handle(bad)
+        assert lines.pop().startswith("info string error")
+    assert player.board.move_number == 2
 
 
 def test_greedy_speaks_usi_through_cshogi():

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.network import build, preset, save_checkpoint
-from engine.usi import check_sfen, default_options, parse_go, parse_position
+from engine.position import check_sfen, parse_position
+from engine.usi import default_options, parse_go
 from tests.usi_helpers import save_material_model, write_random_engine
 
 ENGINE = str(Path(__file__).resolve().parent.parent / "bin" / "usi_engine")
