@@ -251,3 +251,24 @@ def test_match_cli(tmp_path):
     ):
         bad = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_unpaired_matches_give_every_game_its_own_opening(tmp_path):
+    """For data generation: a deterministic engine pair would replay a paired opening move for move."""
+    openings = random_openings(4, 3, seed=2)
+    result = run_match(
+        [EngineSpec(GREEDY), EngineSpec(GREEDY)],
+        4,
+        nodes=1,
+        max_moves=12,
+        openings=openings,
+        sfen_path=tmp_path / "games.sfen",
+        progress=False,
+        paired=False,
+    )
+    assert [g.opening for g in result.games] == openings
+    assert [g.black for g in result.games] == [0, 1, 0, 1]
+    paired = run_match(
+        [EngineSpec(GREEDY), EngineSpec(GREEDY)], 4, nodes=1, max_moves=12, openings=openings, progress=False
+    )
+    assert [g.opening for g in paired.games] == [openings[0], openings[0], openings[1], openings[1]]
