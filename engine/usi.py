@@ -114,7 +114,7 @@ def default_options() -> list[Option]:
         Option("C_base_root", "spin", 25617, 10000, 100000),
         Option("C_fpu_reduction_root", "spin", 0, 0, 100),
         Option("Softmax_Temperature", "spin", 174, 1, 500),  # percent
-        Option("Resign_Threshold", "spin", 10, 0, 1000),  # permille
+        Option("Resign_Threshold", "spin", 0, 0, 1000),  # permille; 0 never resigns (dlshogi default)
         Option("Draw_Value_Black", "spin", 500, 0, 1000),  # permille
         Option("Draw_Value_White", "spin", 500, 0, 1000),
         Option("Draw_Ply", "spin", 0, 0, 10000),  # 0: no move limit in the search

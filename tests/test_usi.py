@@ -169,7 +169,7 @@ def test_nyugyoku_declaration_and_resign(engine):
     engine.setoption("Resign_Threshold", 1000)  # every non-won position is hopeless
     engine.position([])
     assert engine.go(byoyomi=500)[0] == "resign"
-    engine.setoption("Resign_Threshold", 10)
+    engine.setoption("Resign_Threshold", 0)
 
 
 def test_bad_commands_are_reported_and_change_nothing(engine):
