@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 import tempfile
 import time
@@ -21,7 +20,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import cshogi  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -31,20 +29,7 @@ from engine.evaluator import Evaluator  # noqa: E402
 from engine.features import features_from_boards  # noqa: E402
 from engine.network import build, preset  # noqa: E402
 from engine.onnx_model import write_onnx  # noqa: E402
-
-
-def real_features(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = random.Random(seed)
-    boards = []
-    while len(boards) < n:
-        board = cshogi.Board()
-        for _ in range(rng.randrange(1, 120)):
-            moves = list(board.legal_moves)
-            if not moves:
-                break
-            board.push(rng.choice(moves))
-        boards.append(board)
-    return features_from_boards(boards)
+from engine.position import random_positions  # noqa: E402
 
 
 def positions_per_second(ev: Evaluator, x1: np.ndarray, x2: np.ndarray, batch: int, seconds: float) -> float:
@@ -106,7 +91,9 @@ def main() -> int:
         plans = [("tiny", [1, 32, 512]), ("small", [1, 32, 256]), ("resnet10", [32])]
     print(f"cpu cores {os.cpu_count()}, torch threads {torch.get_num_threads()}, torch {torch.__version__}, "
           f"cuda {torch.cuda.is_available()}, onnxruntime providers {available_providers()}")  # fmt: skip
-    x1, x2 = real_features(max(b for _, sizes in plans for b in sizes))
+    x1, x2 = features_from_boards(
+        random_positions(max(b for _, sizes in plans for b in sizes), max_plies=120)
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for name, sizes in plans:
             net = build(preset(name), seed=0).eval()
