@@ -7,6 +7,14 @@ games are resumed with their results and walk on. With one group, tree walking a
 turns. Finished games go to a background writer (`engine.selfplay_writer`); SIGINT/SIGTERM stop
 after the current step, every finished game written, unfinished ones dropped.
 `processes > 1` runs independent workers (own evaluator, cache and output file) with one progress bar.
+
+Games against an external USI engine (as dlshogi's self-play, and how a run bootstraps from an
+existing engine): a `usi_fraction` of the games, the engine playing the colour `usi_colour` says. Our
+moves come from the search as usual; the engine's are asked of a pool of `usi_engines` engine
+processes in background threads (`UsiOpponents`), and the game waits while the other games go on.
+The engine's moves are recorded without a policy target (hcpe3 candidateNum 0, eval from its `score`);
+`bestmove resign` and an illegal move lose, `bestmove win` wins only if the position is a nyugyoku. A
+crash or timeout drops that game (with a warning) and the engine is restarted.
 """
 
 from __future__ import annotations
@@ -16,11 +24,12 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,9 +40,52 @@ from tqdm import tqdm
 from engine.errors import UserError
 from engine.evaluator import Evaluator
 from engine.gumbel_search import EvalCache, GumbelSearch, LeafBatch, SearchParams, SearchResult
-from engine.records import RESULT_MASK
-from engine.rules import BLACK_WIN, DRAW, terminal, win_for
+from engine.match import DEFAULT_MOVE_TIMEOUT, EngineFailure, EngineSpec, UsiProcess
+from engine.records import OPPONENT_SELFPLAY, OPPONENT_USI_BLACK, OPPONENT_USI_WHITE, RESULT_MASK
+from engine.rules import BLACK_WIN, DRAW, NYUGYOKU, WHITE_WIN, terminal, win_for
+from engine.score import eval_to_value
 from engine.selfplay_writer import FORMATS, GameRecord, GameWriter, output_path
+
+USI_COLOURS = ("black", "white", "alternate")
+OPPONENT_OF = {None: OPPONENT_SELFPLAY, cshogi.BLACK: OPPONENT_USI_BLACK, cshogi.WHITE: OPPONENT_USI_WHITE}
+
+
+def parse_usi_options(items: Iterable[str]) -> dict[str, str]:
+    """`NAME=VALUE` strings (as given to --usi-option) -> {name: value}; UserError if malformed."""
+    options: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
+            raise UserError(f"--usi-option {item!r}: expected NAME=VALUE (a name without spaces)")
+        options[name.strip()] = value.strip()
+    return options
+
+
+def engine_colour(index: int, config: SelfPlayConfig) -> int | None:
+    """The colour the USI engine plays in game `index`, or None for a self-play game. The external
+    games are spread evenly over the indices (game i is one when floor((i+1)f) > floor(i f)), and
+    'alternate' alternates over them, so every split of the indices between processes agrees."""
+    if not config.external:
+        return None
+    f = config.usi_fraction
+    before = int(index * f)
+    if int((index + 1) * f) == before:
+        return None
+    if config.usi_colour == "alternate":
+        return cshogi.BLACK if before % 2 == 0 else cshogi.WHITE
+    return cshogi.BLACK if config.usi_colour == "black" else cshogi.WHITE
+
+
+def usi_score_to_value(score: str | None) -> float:
+    """The engine's `score cp N` / `score mate N` (its own side-to-move view) as a win probability;
+    0.5 (eval 0) when it gave none."""
+    kind, _, value = (score or "").partition(" ")
+    if kind == "mate" and value:
+        return 0.0 if value.startswith("-") else 1.0
+    if kind == "cp":
+        with suppress(ValueError):
+            return float(eval_to_value(int(value)))
+    return 0.5
 
 
 @dataclass
@@ -61,6 +113,15 @@ class SelfPlayConfig:
     batch: int = 256  # the evaluator's max batch; bigger leaf batches are split
     threads: int | None = None  # torch CPU threads per process (default: cores / processes)
     progress: bool = True
+    # games against an external USI engine
+    usi_engine: str | None = None  # command line (shell words)
+    usi_options: dict[str, str] = field(default_factory=dict)  # setoption name -> value
+    usi_byoyomi: int | None = None  # its time per move in ms ...
+    usi_nodes: int | None = None  # ... or its node budget per move
+    usi_fraction: float = 1.0  # of the games (when an engine is given)
+    usi_colour: str = "alternate"  # the colour the engine plays: black, white or alternate
+    usi_engines: int = 1  # engine processes per self-play process (each answers one move at a time)
+    usi_timeout: float = DEFAULT_MOVE_TIMEOUT  # seconds (on top of the byoyomi) before a game is dropped
 
     def validate(self) -> None:
         checks = [
@@ -79,16 +140,45 @@ class SelfPlayConfig:
             (self.format in FORMATS, f"--format must be one of {', '.join(FORMATS)}"),
             (self.batch >= 1, "--batch must be >= 1"),
             (self.cache_size >= 0, "--cache must be >= 0"),
+            *self._usi_checks(),
         ]
         for ok, msg in checks:
             if not ok:
                 raise UserError(msg)
+        if self.usi_engine is not None:
+            EngineSpec(self.usi_engine).argv  # noqa: B018 (a command that does not parse is a UserError)
         out = Path(self.out_dir)
         if out.exists() and not out.is_dir():
             raise UserError(f"--out {out}: not a directory")
 
+    def _usi_checks(self) -> list[tuple[bool, str]]:
+        if self.usi_engine is None:
+            unused = self.usi_options or self.usi_byoyomi is not None or self.usi_nodes is not None
+            return [(not unused, "--usi-option, --usi-byoyomi and --usi-nodes need --usi-engine")]
+        return [
+            (bool(self.usi_engine.strip()), "--usi-engine: empty command"),
+            (
+                (self.usi_byoyomi is None) != (self.usi_nodes is None),
+                "--usi-engine needs its time per move: --usi-byoyomi MS or --usi-nodes N (one of them)",
+            ),
+            (self.usi_byoyomi is None or self.usi_byoyomi >= 0, "--usi-byoyomi must be >= 0"),
+            (self.usi_nodes is None or self.usi_nodes >= 1, "--usi-nodes must be >= 1"),
+            (0 <= self.usi_fraction <= 1, "--usi-fraction must be in [0, 1]"),
+            (self.usi_colour in USI_COLOURS, f"--usi-colour must be one of {', '.join(USI_COLOURS)}"),
+            (self.usi_engines >= 1, "--usi-engines must be >= 1"),
+            (self.usi_timeout > 0, "--usi-timeout must be > 0"),
+        ]
+
+    @property
+    def external(self) -> bool:
+        """Whether any game is played against the USI engine."""
+        return self.usi_engine is not None and self.usi_fraction > 0
+
     def search_params(self) -> SearchParams:
         return SearchParams(self.sims, self.considered, self.c_visit, self.c_scale, self.max_moves)
+
+
+OnGame = Callable[[int, int | None, int], None]  # (positions, result byte or None if dropped, opponent)
 
 
 @dataclass
@@ -104,11 +194,20 @@ class SelfPlayStats:
     nn_positions: int = 0
     nn_batches: int = 0
     cache_hits: int = 0
+    usi_games: int = 0  # games against the USI engine, and their outcome for us:
+    usi_wins: int = 0
+    usi_losses: int = 0
+    usi_draws: int = 0
+    dropped: int = 0  # games given up because the engine crashed or timed out
     seconds: float = 0.0
     interrupted: bool = False
     files: list[str] = field(default_factory=list)
 
-    def add_game(self, length: int, result: int) -> None:
+    def add_game(self, length: int, result: int | None, opponent: int = OPPONENT_SELFPLAY) -> None:
+        """Count a finished game (`length` positions recorded); result None: a dropped game."""
+        if result is None:
+            self.dropped += 1
+            return
         self.games += 1
         self.positions += length
         winner = result & RESULT_MASK
@@ -118,6 +217,19 @@ class SelfPlayStats:
             self.black_wins += 1
         else:
             self.white_wins += 1
+        if opponent != OPPONENT_SELFPLAY:
+            self.usi_games += 1
+            engine_wins = BLACK_WIN if opponent == OPPONENT_USI_BLACK else WHITE_WIN
+            if winner == DRAW:
+                self.usi_draws += 1
+            elif winner == engine_wins:
+                self.usi_losses += 1
+            else:
+                self.usi_wins += 1
+
+    @property
+    def usi_wld(self) -> str:
+        return f"{self.usi_wins}/{self.usi_losses}/{self.usi_draws}"
 
     def merge(self, other: SelfPlayStats) -> None:
         for f in dataclasses.fields(self):
@@ -145,6 +257,10 @@ class SelfPlayStats:
         )
         if self.resigned or self.playout_games:
             line += f", resigned {self.resigned}, false resigns {self.false_resigns}/{self.playout_games}"
+        if self.usi_games or self.dropped:
+            line += f", vs USI engine {self.usi_games} games W/L/D {self.usi_wld}"
+        if self.dropped:
+            line += f", {self.dropped} dropped (engine crash or timeout)"
         if self.interrupted:
             line += " (interrupted: unfinished games dropped)"
         return line + "".join(f"\n  wrote {f}" for f in self.files)
@@ -157,42 +273,168 @@ def sample_move(policy: np.ndarray, temperature: float, rng: np.random.Generator
     return int(rng.choice(len(p), p=p / p.sum()))
 
 
+def engine_reply_outcome(board: cshogi.Board, bestmove: str) -> tuple[int | None, int | None]:
+    """(move, None) for a legal move the engine may play here, else (None, result byte): `resign`
+    and an illegal move lose, `win` wins if the position is a nyugyoku and loses otherwise."""
+    mover = board.turn
+    if bestmove == "resign":
+        return None, win_for(cshogi.opponent(mover)).result
+    if bestmove == "win":
+        ok = board.is_nyugyoku()
+        return None, (win_for(mover, NYUGYOKU) if ok else win_for(cshogi.opponent(mover))).result
+    move = board.move_from_usi(bestmove)
+    if not move or not board.is_legal(move):
+        return None, win_for(cshogi.opponent(mover)).result
+    return move, None
+
+
+def _hcp(board: cshogi.Board) -> np.ndarray:
+    hcp = np.empty(32, np.uint8)
+    board.to_hcp(hcp)
+    return hcp
+
+
 class _Game:
-    """One game in progress: its board, record, RNG (seeded per game index) and running search."""
+    """One game in progress: its board, record, RNG (seeded per game index) and running search, or in
+    a game against the USI engine, the engine's pending reply."""
 
     def __init__(self, index: int, config: SelfPlayConfig) -> None:
+        self.index = index
         self.rng = np.random.default_rng(np.random.SeedSequence([config.seed, index]))
         self.board = cshogi.Board()
-        start = np.empty(32, np.uint8)
-        self.board.to_hcp(start)
-        self.record = GameRecord(start)
+        self.engine_colour = engine_colour(index, config)
+        self.record = GameRecord(_hcp(self.board), opponent=OPPONENT_OF[self.engine_colour])
+        self.usi_moves: list[str] = []  # the game so far, for the engine's `position` command
         self.search: Iterator[None] | None = None
+        self.reply: Future[EngineReply] | None = None
         self.may_resign = config.resign_threshold > 0 and self.rng.random() >= config.resign_playout_fraction
         self.would_resign: int | None = None  # in a playout game: the colour that stood below threshold
+
+    @property
+    def engine_to_move(self) -> bool:
+        return self.board.turn == self.engine_colour
+
+    def _push(self, move: int) -> None:
+        if self.engine_colour is not None:
+            self.usi_moves.append(cshogi.move_to_usi(move))
+        self.board.push(move)
 
     def play(self, result: SearchResult, config: SelfPlayConfig) -> int | None:
         """Record the searched position and play a move; returns a result byte if the mover resigns."""
         board, rec = self.board, self.record
-        hcp = np.empty(32, np.uint8)
-        board.to_hcp(hcp)
         if len(rec) < config.random_plies:
             choice = sample_move(result.policy, config.temperature, self.rng)
         else:
             choice = result.choice
         move = result.moves[choice]
-        rec.hcps.append(hcp)
-        rec.move16s.append(cshogi.move16(move))
-        rec.values.append(result.value)
-        rec.candidates.append((np.array(result.moves, dtype=np.int64) & 0xFFFF).astype(np.uint16))
-        rec.labels.append(result.labels)
-        rec.policies.append(result.policy)
+        candidates = (np.array(result.moves, dtype=np.int64) & 0xFFFF).astype(np.uint16)
+        rec.add(_hcp(board), cshogi.move16(move), result.value, candidates, result.labels, result.policy)
         if config.resign_threshold > 0 and result.value < config.resign_threshold:
             if self.may_resign:
                 return win_for(cshogi.opponent(board.turn)).result
             if self.would_resign is None:
                 self.would_resign = board.turn
-        board.push(move)
+        self._push(move)
         return None
+
+    def play_engine(self, reply: EngineReply) -> int | None:
+        """Record and play the engine's move (no policy target); returns a result byte if it ended
+        the game (resignation, declaration, illegal move: the latter is not recorded as a move)."""
+        move, result = engine_reply_outcome(self.board, reply.bestmove or "resign")
+        if move is not None:
+            self.record.add(_hcp(self.board), cshogi.move16(move), usi_score_to_value(reply.score))
+            self._push(move)
+        return result
+
+
+@dataclass
+class EngineReply:
+    bestmove: str | None  # None: the engine crashed or timed out (`error` says how)
+    score: str | None = None  # the last `info ... score` it sent ("cp N" / "mate N")
+    error: str = ""
+
+
+@dataclass
+class _Seat:
+    engine: UsiProcess
+    game: int | None = None  # the game whose moves it was last asked for
+
+
+class UsiOpponents:
+    """A pool of external USI engine processes. `ask` returns at once; a background thread (one per
+    engine: `go` waits on the engine's pipe without holding the GIL) sends the position to a free
+    engine, with `usinewgame` when it last served another game. A crash or timeout comes back as a
+    failed reply and the engine is restarted on its next use; a failed start is a UserError."""
+
+    def __init__(self, config: SelfPlayConfig) -> None:
+        assert config.usi_engine is not None
+        self.byoyomi, self.nodes = config.usi_byoyomi, config.usi_nodes
+        spec = EngineSpec(config.usi_engine, dict(config.usi_options))
+        self._seats = [_Seat(UsiProcess(spec, config.usi_timeout)) for _ in range(config.usi_engines)]
+        self._idle: queue.SimpleQueue[_Seat] = queue.SimpleQueue()
+        self._busy: set[int] = set()
+        self._pool = ThreadPoolExecutor(len(self._seats), thread_name_prefix="usi-engine")
+        try:
+            for _ in self._pool.map(lambda seat: seat.engine.connect(), self._seats):
+                pass
+        except BaseException:
+            self.close()
+            raise
+        for seat in self._seats:
+            self._idle.put(seat)
+        self.name = self._seats[0].engine.name
+
+    def ask(self, game: int, moves: list[str]) -> Future[EngineReply]:
+        """The engine's move after `moves` (USI, from the start position) in game number `game`."""
+        return self._pool.submit(self._ask, game, list(moves))
+
+    def _ask(self, game: int, moves: list[str]) -> EngineReply:
+        seat = self._idle.get()
+        self._busy.add(id(seat))
+        engine = seat.engine
+        try:
+            if engine.proc is None:
+                engine.connect()
+            if seat.game != game:
+                engine.usinewgame()
+                seat.game = game
+            engine.position(moves)
+            bestmove, _ = engine.go(byoyomi=self.byoyomi, nodes=self.nodes)
+            return EngineReply(bestmove, engine.last_score)
+        except EngineFailure as e:
+            engine.close()
+            seat.game = None
+            return EngineReply(None, error=str(e))
+        finally:
+            self._busy.discard(id(seat))
+            self._idle.put(seat)
+
+    def close(self) -> None:
+        """Cancel queued requests, stop searches in progress, quit every engine."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for seat in self._seats:
+            if id(seat) in self._busy:
+                with suppress(EngineFailure, AttributeError):
+                    seat.engine._send("stop")
+        for seat in self._seats:
+            seat.engine.close()
+        self._pool.shutdown(wait=True)
+
+
+@contextmanager
+def _opponents(config: SelfPlayConfig) -> Iterator[UsiOpponents | None]:
+    if not config.external:
+        yield None
+        return
+    opponents = UsiOpponents(config)
+    try:
+        yield opponents
+    finally:
+        opponents.close()
+
+
+def _warn(message: str) -> None:
+    tqdm.write(f"selfplay: warning: {message}", file=sys.stderr)
 
 
 @dataclass
@@ -214,14 +456,16 @@ class _Runner:
         evaluator: Evaluator,
         writer: GameWriter,
         indices: range,
-        on_game: Callable[[int, int], None],
+        on_game: OnGame,
         stop: threading.Event,
+        opponents: UsiOpponents | None = None,
     ) -> None:
         self.config = config
         self.evaluator = evaluator
         self.writer = writer
         self.on_game = on_game
         self.stop = stop
+        self.opponents = opponents
         self.stats = SelfPlayStats(files=[str(writer.path)])
         self._indices = iter(indices)
         self.cache = EvalCache(config.cache_size)
@@ -237,12 +481,32 @@ class _Runner:
     def _finish(self, game: _Game, result: int) -> None:
         game.record.result = result
         self.writer.put(game.record)
-        self.stats.add_game(len(game.record), result)
+        positions = len(game.record) if self.config.format == "hcpe3" else game.record.targets
+        self.stats.add_game(positions, result, game.record.opponent)
         if game.would_resign is not None:
             self.stats.playout_games += 1
             loss = win_for(cshogi.opponent(game.would_resign)).result
             self.stats.false_resigns += (result & RESULT_MASK) != loss
-        self.on_game(len(game.record), result)
+        self.on_game(positions, result, game.record.opponent)
+
+    def _drop(self, game: _Game, error: str) -> None:
+        if not self.stop.is_set():  # on Ctrl-C the engines get the signal too: no news
+            _warn(f"game {game.index} dropped after {len(game.record)} moves: {error}; restarting the engine")
+        self.stats.add_game(0, None, game.record.opponent)
+        self.on_game(0, None, game.record.opponent)
+
+    def _engine_move(self, game: _Game) -> bool:
+        """Apply the engine's finished reply; True if that ended (or dropped) the game."""
+        assert game.reply is not None
+        reply, game.reply = game.reply.result(), None
+        if reply.bestmove is None:
+            self._drop(game, reply.error)
+            return True
+        result = game.play_engine(reply)
+        if result is not None:
+            self._finish(game, result)
+            return True
+        return False
 
     def _advance(self, group: _Group, i: int) -> None:
         """Run slot i's game(s) until its search waits on the network or no game is left to start."""
@@ -254,12 +518,22 @@ class _Runner:
                 if index is None:
                     return
                 game = group.slots[i] = _Game(index, config)
+            if game.reply is not None:
+                if not game.reply.done():
+                    return
+                if self._engine_move(game):
+                    group.slots[i] = None
+                    continue
             if game.search is None:
                 end = terminal(game.board, config.max_moves)
                 if end is not None:
                     self._finish(game, end.result)
                     group.slots[i] = None
                     continue
+                if game.engine_to_move:
+                    assert self.opponents is not None
+                    game.reply = self.opponents.ask(game.index, game.usi_moves)
+                    return
                 game.search = group.search.run(game.board, game.rng)
             try:
                 next(game.search)
@@ -294,7 +568,10 @@ class _Runner:
                         self.stats.nn_batches += 1
                         busy = True
                 if not busy and all(g.future is None for g in self.groups):
-                    break
+                    replies = [s.reply for g in self.groups for s in g.slots if s is not None and s.reply]
+                    if not replies or self.stop.is_set():
+                        break
+                    wait(replies, timeout=0.5, return_when=FIRST_COMPLETED)  # only engines are busy
         self.stats.interrupted = self.stop.is_set() and any(
             s is not None for g in self.groups for s in g.slots
         )
@@ -323,11 +600,13 @@ def _progress_bar(config: SelfPlayConfig) -> tqdm:
 
 def _show(bar: tqdm, stats: SelfPlayStats, start: float) -> None:
     rate = stats.positions / max(time.perf_counter() - start, 1e-9)
-    bar.set_postfix_str(
+    text = (
         f"pos {stats.positions} ({rate:.1f}/s) len {stats.mean_length:.0f} "
-        f"B/W/D {stats.black_wins}/{stats.white_wins}/{stats.draws}",
-        refresh=False,
+        f"B/W/D {stats.black_wins}/{stats.white_wins}/{stats.draws}"
     )
+    if stats.usi_games or stats.dropped:
+        text += f" vs USI W/L/D {stats.usi_wld}" + (f" dropped {stats.dropped}" if stats.dropped else "")
+    bar.set_postfix_str(text, refresh=False)
     bar.update(1)
 
 
@@ -350,17 +629,23 @@ def _make_evaluator(config: SelfPlayConfig, log: Callable[[str], None] | None = 
 
 def _run_here(
     config: SelfPlayConfig,
-    evaluator: Evaluator,
+    evaluator: Evaluator | None,
     indices: range,
-    on_game: Callable[[int, int], None],
+    on_game: OnGame,
     stop: threading.Event,
     tag: str = "",
+    log: Callable[[str], None] | None = None,
 ) -> SelfPlayStats:
-    writer = GameWriter(output_path(config.out_dir, config.format, tag), config.format)
-    try:
-        stats = _Runner(config, evaluator, writer, indices, on_game, stop).run()
-    finally:
-        writer.close()
+    """Play the games `indices` here; the USI engines start before the evaluator (or a TensorRT build)
+    and the output file, so an engine that cannot start fails fast and leaves no file behind."""
+    with _opponents(config) as opponents:
+        if evaluator is None:
+            evaluator = _make_evaluator(config, log)
+        writer = GameWriter(output_path(config.out_dir, config.format, tag), config.format)
+        try:
+            stats = _Runner(config, evaluator, writer, indices, on_game, stop, opponents).run()
+        finally:
+            writer.close()
     return stats
 
 
@@ -371,11 +656,11 @@ def _worker(config: SelfPlayConfig, indices: range, tag: str, events: mp.Queue, 
     signal.signal(signal.SIGTERM, lambda *_: local_stop.set())
     threading.Thread(target=lambda: (stop.wait(), local_stop.set()), daemon=True).start()
     try:
-        evaluator = _make_evaluator(config, log=lambda msg: None)
-        stats = _run_here(
-            config, evaluator, indices, lambda n, r: events.put(("game", n, r)), local_stop, tag
-        )
+        on_game: OnGame = lambda *game: events.put(("game", *game))  # noqa: E731
+        stats = _run_here(config, None, indices, on_game, local_stop, tag, log=lambda msg: None)
         events.put(("done", dataclasses.asdict(stats)))
+    except UserError as e:
+        events.put(("user_error", str(e)))
     except BaseException as e:
         events.put(("error", f"{type(e).__name__}: {e}"))
 
@@ -396,7 +681,7 @@ def _run_processes(config: SelfPlayConfig, stop: threading.Event) -> SelfPlaySta
     ]
     for p in procs:
         p.start()
-    total, live, errors = SelfPlayStats(), SelfPlayStats(), []
+    total, live, errors, user_errors = SelfPlayStats(), SelfPlayStats(), [], []
     start = time.perf_counter()
     remaining = len(procs)
     with _progress_bar(config) as bar:
@@ -411,16 +696,19 @@ def _run_processes(config: SelfPlayConfig, stop: threading.Event) -> SelfPlaySta
                     break
                 continue
             if event[0] == "game":
-                live.add_game(event[1], event[2])
+                live.add_game(*event[1:])
                 _show(bar, live, start)
             elif event[0] == "done":
                 total.merge(SelfPlayStats(**event[1]))
                 remaining -= 1
             else:
-                errors.append(event[1])
+                (user_errors if event[0] == "user_error" else errors).append(event[1])
                 remaining -= 1
+                stop_all.set()  # one failed worker ends the run
     for p in procs:
         p.join()
+    if user_errors:
+        raise UserError(user_errors[0])
     if errors:
         raise RuntimeError(f"self-play worker failed: {errors[0]}")
     total.seconds = time.perf_counter() - start
@@ -437,8 +725,6 @@ def run_selfplay(config: SelfPlayConfig, evaluator: Evaluator | None = None) -> 
             if evaluator is not None:
                 raise ValueError("processes > 1 builds one evaluator per worker; do not pass one")
             return _run_processes(config, stop)
-        if evaluator is None:
-            evaluator = _make_evaluator(config)
         start = time.perf_counter()
         stats = SelfPlayStats()
         with _progress_bar(config) as bar:
@@ -446,6 +732,6 @@ def run_selfplay(config: SelfPlayConfig, evaluator: Evaluator | None = None) -> 
                 config,
                 evaluator,
                 range(config.games),
-                lambda n, r: (stats.add_game(n, r), _show(bar, stats, start)),
+                lambda *game: (stats.add_game(*game), _show(bar, stats, start)),
                 stop,
             )

@@ -3,6 +3,11 @@
 Search never waits for the disk. Each game is appended in one piece (hcpe3 through `Hcpe3Writer`,
 .data through `append_data`), so an interrupted run leaves only whole games; `close()` drains the
 queue before returning, so every finished game is written.
+
+Moves played by an external USI engine carry no policy target: in hcpe3 they are MoveInfos with
+candidateNum 0 (the engine's score as eval), and the header's `opponent` says which colour it played;
+the .data format has no place for them, so their positions are left out (the game's other positions
+keep its result).
 """
 
 from __future__ import annotations
@@ -34,12 +39,19 @@ FORMATS = ("hcpe3", "data")
 VISIT_SCALE = 65535  # hcpe3 visitNum holds round(p * 65535) of the improved policy
 
 
+_NO_MOVES = np.zeros(0, np.uint16)
+_NO_LABELS = np.zeros(0, np.int64)
+_NO_POLICY = np.zeros(0, np.float32)
+
+
 @dataclass
 class GameRecord:
-    """One finished game: per searched position its hcp, played move, root value and policy target."""
+    """One finished game: per position its hcp, played move, value (win probability of the side to
+    move) and policy target over the legal moves; a move without a target has empty arrays."""
 
     start_hcp: np.ndarray
     result: int = 0  # hcpe3 result byte (winner | reason bits)
+    opponent: int = OPPONENT_SELFPLAY  # hcpe3 header: who the USI engine played, if any
     hcps: list[np.ndarray] = field(default_factory=list)
     move16s: list[int] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
@@ -49,6 +61,29 @@ class GameRecord:
 
     def __len__(self) -> int:
         return len(self.move16s)
+
+    def add(
+        self,
+        hcp: np.ndarray,
+        move16: int,
+        value: float,
+        candidates: np.ndarray = _NO_MOVES,
+        labels: np.ndarray = _NO_LABELS,
+        policy: np.ndarray = _NO_POLICY,
+    ) -> None:
+        """Record one position and the move played there; leave out the target arrays for a move
+        that has no policy target (an external engine's)."""
+        self.hcps.append(hcp)
+        self.move16s.append(move16)
+        self.values.append(value)
+        self.candidates.append(candidates)
+        self.labels.append(labels)
+        self.policies.append(policy)
+
+    @property
+    def targets(self) -> int:
+        """Positions with a policy target."""
+        return sum(len(p) > 0 for p in self.policies)
 
 
 def to_hcpe3(game: GameRecord) -> Hcpe3Game:
@@ -61,13 +96,19 @@ def to_hcpe3(game: GameRecord) -> Hcpe3Game:
         c["move16"] = move16
         c["visitNum"] = np.rint(np.asarray(p) * VISIT_SCALE)
         cands.append(c)
-    return Hcpe3Game(game.start_hcp, game.result, OPPONENT_SELFPLAY, moves, cands)
+    return Hcpe3Game(game.start_hcp, game.result, game.opponent, moves, cands)
 
 
 def to_data(game: GameRecord) -> np.ndarray:
-    """The seed's fixed-size records: dense policy over the 2187 labels, result without reason bits."""
-    rec = np.zeros(len(game), DATA)
-    for i, (hcp, labels, p) in enumerate(zip(game.hcps, game.labels, game.policies, strict=True)):
+    """The seed's fixed-size records: dense policy over the 2187 labels, result without reason bits.
+    Positions without a policy target (an external engine's moves) are left out."""
+    rows = [
+        (hcp, labels, p)
+        for hcp, labels, p in zip(game.hcps, game.labels, game.policies, strict=True)
+        if len(p)
+    ]
+    rec = np.zeros(len(rows), DATA)
+    for i, (hcp, labels, p) in enumerate(rows):
         rec[i]["hcp"] = hcp
         policy = np.zeros(NUM_MOVE_LABELS, np.float32)
         policy[labels] = p
@@ -110,7 +151,7 @@ class GameWriter:
         else:
             append_data(self.path, to_data(game))
         self.games += 1
-        self.positions += len(game)
+        self.positions += len(game) if self._hcpe3 is not None else game.targets
 
     def _loop(self) -> None:
         while (game := self._queue.get()) is not None:

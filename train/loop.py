@@ -26,13 +26,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import UserError
 from engine.fileio import atomic_write_bytes, atomic_write_text
 from engine.match import EngineSpec, play_match, random_openings, started
 from engine.network import build, load_model, preset, save_checkpoint
 from engine.records import iter_hcpe3_games
+
+if TYPE_CHECKING:
+    from engine.selfplay import SelfPlayConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 USI_ENGINE = REPO_ROOT / "bin" / "usi_engine"
@@ -81,6 +84,13 @@ class LoopConfig:
     selfplay_batch: str = "256"
     max_moves: int = 320
     random_plies: int = 0
+    # self-play games against an external USI engine (bootstrapping from it, as dlshogi did from elmo)
+    usi_engine: str | None = None  # its command line
+    usi_option: str = ""  # "NAME=VALUE,NAME=VALUE"
+    usi_byoyomi: int = 0  # its time per move (ms) ...
+    usi_nodes: int = 0  # ... or node budget per move; 0 = not given
+    usi_fraction: float = 1.0
+    usi_engines: int = 1
     # training
     window: str = "8"  # newest self-play files trained on
     epochs: str = "1"
@@ -106,8 +116,14 @@ class LoopConfig:
         out["lr"] = parse_schedule(self.lr, float, "lr")
         return out
 
+    def usi_options(self) -> dict[str, str]:
+        from engine.selfplay import parse_usi_options
+
+        return parse_usi_options(item for item in self.usi_option.split(",") if item.strip())
+
     def validate(self) -> None:
         self.schedules()
+        selfplay_config(self, 1, RunPaths(Path(self.dir)).selfplay(1), Path("model.onnx"))  # --usi-*
         checks = [
             (self.generations >= 1, "--generations must be >= 1"),
             (self.max_moves >= 1 and self.eval_max_moves >= 1, "--max-moves must be >= 1"),
@@ -222,33 +238,47 @@ def play_model(paths: RunPaths, g: int) -> Path:
     return paths.onnx(g)
 
 
-def step_selfplay(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], None]) -> dict[str, Any]:
-    from engine.selfplay import SelfPlayConfig, run_selfplay
+def selfplay_config(cfg: LoopConfig, g: int, folder: Path, model: Path, before: int = 0) -> SelfPlayConfig:
+    """Generation g's self-play settings; `before` games are already in the folder."""
+    from engine.selfplay import SelfPlayConfig
 
     s = cfg.schedules()
-    target = at_generation(s["games"], g)
+    games = max(at_generation(s["games"], g) - before, 1)
+    config = SelfPlayConfig(
+        out_dir=folder,
+        games=games,
+        parallel=min(at_generation(s["parallel"], g), games),
+        sims=at_generation(s["sims"], g),
+        max_moves=cfg.max_moves,
+        random_plies=cfg.random_plies,
+        seed=cfg.seed * 1_000_003 + g * 10_007 + before,  # resumed games differ from the first ones
+        model=str(model),
+        backend=cfg.backend,
+        device=cfg.device,
+        batch=at_generation(s["selfplay_batch"], g),
+        progress=cfg.progress,
+        usi_engine=cfg.usi_engine or None,
+        usi_options=cfg.usi_options(),
+        usi_byoyomi=cfg.usi_byoyomi or None,
+        usi_nodes=cfg.usi_nodes or None,
+        usi_fraction=cfg.usi_fraction,
+        usi_engines=cfg.usi_engines,
+    )
+    config.validate()
+    return config
+
+
+def step_selfplay(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], None]) -> dict[str, Any]:
+    from engine.selfplay import run_selfplay
+
+    target = at_generation(cfg.schedules()["games"], g)
     folder = paths.selfplay(g)
     folder.mkdir(parents=True, exist_ok=True)
     before, _ = count_games(folder)
     started_at = time.perf_counter()
     if before < target:
         log(f"gen {g}: self-play {target - before} games ({before} already played) with gen {g - 1}'s model")
-        stats = run_selfplay(
-            SelfPlayConfig(
-                out_dir=folder,
-                games=target - before,
-                parallel=min(at_generation(s["parallel"], g), target - before),
-                sims=at_generation(s["sims"], g),
-                max_moves=cfg.max_moves,
-                random_plies=cfg.random_plies,
-                seed=cfg.seed * 1_000_003 + g * 10_007 + before,  # resumed games differ from the first ones
-                model=str(play_model(paths, g - 1)),
-                backend=cfg.backend,
-                device=cfg.device,
-                batch=at_generation(s["selfplay_batch"], g),
-                progress=cfg.progress,
-            )
-        )
+        stats = run_selfplay(selfplay_config(cfg, g, folder, play_model(paths, g - 1), before))
         if stats.interrupted:
             raise Interrupted(f"gen {g}: self-play interrupted; {stats.games} more games kept")
     games, positions = count_games(folder)
