@@ -18,7 +18,6 @@ and plays only the rest; training continues its checkpoint; evaluation keeps fin
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 import os
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import UserError
-from engine.fileio import atomic_write_bytes, atomic_write_text
+from engine.fileio import atomic_write_text
 from engine.match import EngineSpec, play_match, random_openings, started
 from engine.network import build, load_model, preset, save_checkpoint
 from engine.records import iter_hcpe3_games
@@ -474,15 +473,12 @@ def append_row(path: Path, row: dict[str, Any]) -> None:
 
 def plot_strength(rows: list[dict[str, Any]], png: Path) -> None:
     """Elo (with 95% bars) over generations: the chained ladder, vs gen 0, vs the greedy player."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from train.plot import plt, save_figure
 
     fig, (ax, ax_loss) = plt.subplots(2, 1, figsize=(8, 8), sharex=True)
     gens = [r["generation"] for r in rows]
     series = [("ladder_elo", "ladder_error95", "ladder (chained vs previous)")]
-    series += [(f"vs_{k}", None, f"vs {k}") for k in ("gen0", "greedy")]
+    series += [(f"vs_{k}", None, f"vs {k}") for k in ("gen0", "random", "greedy")]
     for key, err_key, label in series:
         pts = []
         for r in rows:
@@ -507,11 +503,7 @@ def plot_strength(rows: list[dict[str, Any]], png: Path) -> None:
     if ax_loss.get_legend_handles_labels()[0]:
         ax_loss.legend(loc="best")
     ax_loss.grid(alpha=0.3)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    atomic_write_bytes(png, buf.getvalue())
+    save_figure(fig, png)
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

@@ -29,6 +29,15 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
+def save_figure(fig: plt.Figure, png: str | os.PathLike) -> None:
+    """Render and replace `png` atomically (a viewer never sees a half-written plot); closes `fig`."""
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    atomic_write_bytes(png, buf.getvalue())
+
+
 def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
     pts = [(r["step"], r[key]) for r in rows if key in r and r[key] is not None]
     return [s for s, _ in pts], [v for _, v in pts]
@@ -61,11 +70,7 @@ def plot_metrics(rows: list[dict], png: str | os.PathLike) -> None:
             ax.legend(loc="best")
         ax.grid(alpha=0.3)
     ax_lr.grid(alpha=0.3)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    atomic_write_bytes(png, buf.getvalue())
+    save_figure(fig, png)
 
 
 def plot_file(jsonl: str | os.PathLike, png: str | os.PathLike) -> None:
