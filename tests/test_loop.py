@@ -169,3 +169,19 @@ def test_loop_starts_from_an_init_checkpoint_and_still_meets_a_random_reference(
     assert paths.random_onnx.is_file()
     assert set(rows[0]) >= {"vs_prev", "vs_random"}
     assert rows[0]["vs_random"]["wins"] + rows[0]["vs_random"]["losses"] + rows[0]["vs_random"]["draws"] == 2
+
+
+def test_extra_data_is_mixed_into_every_generations_training(tmp_path):
+    from engine.records import read_hcpe
+    from train.synthetic import write_hcpe
+
+    anchor = tmp_path / "anchor.hcpe"
+    write_hcpe(anchor, 300, seed=4)
+    run = tmp_path / "run"
+    cfg = tiny(run, extra_data=str(anchor), val_lambda=0.5, eval_games=0, greedy=False)
+    rows = run_loop(cfg, lambda _: None)
+    trained = json.loads(RunPaths(run).state.read_text())["generations"]["1"]["train"]["positions"]
+    # every self-play position carries a policy target here, so the trainer saw both sets whole
+    assert trained == rows[0]["positions"] + len(read_hcpe(anchor))
+    with pytest.raises(UserError, match="--extra-data"):
+        tiny(run, extra_data=str(tmp_path / "missing.hcpe")).validate()

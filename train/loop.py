@@ -92,6 +92,8 @@ class LoopConfig:
     usi_engines: int = 1
     # training
     window: str = "8"  # newest self-play files trained on
+    extra_data: str = ""  # comma-separated records mixed into every generation's training (an anchor)
+    val_lambda: float = 0.0  # trainer's mix of the stored eval into the value target
     epochs: str = "1"
     batch_size: str = "256"
     lr: str = "0.01"
@@ -120,6 +122,9 @@ class LoopConfig:
 
         return parse_usi_options(item for item in self.usi_option.split(",") if item.strip())
 
+    def extra_paths(self) -> list[Path]:
+        return [Path(p) for p in self.extra_data.split(",") if p.strip()]
+
     def validate(self) -> None:
         self.schedules()
         selfplay_config(self, 1, RunPaths(Path(self.dir)).selfplay(1), Path("model.onnx"))  # --usi-*
@@ -136,6 +141,9 @@ class LoopConfig:
         for ok, msg in checks:
             if not ok:
                 raise UserError(msg)
+        for extra in self.extra_paths():
+            if not extra.exists():
+                raise UserError(f"--extra-data {extra}: no such file or folder")
         preset(self.network)
         run = Path(self.dir)
         if run.exists() and not run.is_dir():
@@ -309,13 +317,17 @@ def step_train(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], No
     files = window_files(paths, g, at_generation(s["window"], g))
     if not files:
         raise UserError(f"{paths.selfplay(g)}: no self-play records to train on")
+    extra = cfg.extra_paths()
     log(
-        f"gen {g}: training on {len(files)} file(s) from gen {g - 1}'s weights"
+        f"gen {g}: training on {len(files)} file(s)"
+        + (f" + {len(extra)} extra" if extra else "")
+        + f" from gen {g - 1}'s weights"
         + (" (resuming)" if resume else "")
     )
     summary = train(
         TrainConfig(
-            data=[str(f) for f in files],
+            data=[str(f) for f in [*files, *extra]],
+            val_lambda=cfg.val_lambda,
             out=str(out),
             init=str(paths.checkpoint(g - 1)),
             resume=resume,
@@ -492,7 +504,8 @@ def plot_strength(rows: list[dict[str, Any]], png: Path) -> None:
             ax.errorbar(x, y, yerr=[min(v, 2000.0) for v in e], marker="o", capsize=3, label=label)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_ylabel("Elo")
-    ax.legend(loc="best")
+    if ax.get_legend_handles_labels()[0]:  # a run without evaluation games has no strength to show
+        ax.legend(loc="best")
     ax.grid(alpha=0.3)
     for key in ("policy_loss", "value_loss"):
         pts = [(g, r[key]) for g, r in zip(gens, rows, strict=True) if r.get(key) is not None]
