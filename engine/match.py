@@ -35,7 +35,7 @@ from tqdm import tqdm
 from engine.elo import EloEstimate, elo_estimate
 from engine.errors import UserError
 from engine.fileio import atomic_write
-from engine.rules import DEFAULT_MAX_MOVES, MAX_MOVES, SENNICHITE, terminal
+from engine.rules import DEFAULT_MAX_MOVES, MAX_MOVES, SENNICHITE, game_terminal, terminal
 
 STARTPOS = "startpos"
 DEFAULT_MOVE_TIMEOUT = 60.0  # seconds on top of the byoyomi before an engine loses on time
@@ -250,8 +250,12 @@ class Opening:
     position: str = STARTPOS
     moves: tuple[str, ...] = ()
 
+    def start_board(self) -> cshogi.Board:
+        """The position before the opening's moves."""
+        return cshogi.Board() if self.position == STARTPOS else cshogi.Board(self.position[5:])
+
     def board(self) -> cshogi.Board:
-        board = cshogi.Board() if self.position == STARTPOS else cshogi.Board(self.position[5:])
+        board = self.start_board()
         for m in self.moves:
             board.push_usi(m)
         return board
@@ -355,9 +359,12 @@ class Game:
         return 1.0 if (self.winner == cshogi.BLACK) == (self.black == 0) else 0.0
 
 
-def _terminal_reason(board: cshogi.Board, max_moves: int) -> tuple[int | None, str] | None:
-    """(winner, reason) if the arbiter ends the game here; nyugyoku only ends it by declaration."""
-    t = terminal(board, max_moves, check_nyugyoku=False)
+def _terminal_reason(
+    board: cshogi.Board, occurrences: dict[int, int], max_moves: int
+) -> tuple[int | None, str] | None:
+    """(winner, reason) if the arbiter ends the game here, by the official rules (four-fold sennichite;
+    nyugyoku only by declaration)."""
+    t = game_terminal(board, occurrences, max_moves)
     if t is None:
         return None
     if t.reason == SENNICHITE:
@@ -377,11 +384,15 @@ def play_game(
 ) -> Game:
     """One game; engine `black` moves first. Engine failures end the game as a loss for that side."""
     game = Game(opening, black)
-    board = opening.board()
+    board = opening.start_board()
+    occurrences = Counter([board.zobrist_hash()])  # the opening's own positions count too
+    for usi in opening.moves:
+        board.push_usi(usi)
+        occurrences[board.zobrist_hash()] += 1
     for e in engines:
         e.usinewgame()
     while True:
-        end = _terminal_reason(board, max_moves)
+        end = _terminal_reason(board, occurrences, max_moves)
         if end is not None:
             game.winner, game.reason = end
             break
@@ -409,6 +420,7 @@ def play_game(
             game.moves.append(bestmove)
             break
         board.push(move)
+        occurrences[board.zobrist_hash()] += 1
         game.moves.append(bestmove)
         game.scores.append(engine.last_score)
     for i, e in enumerate(engines):
@@ -436,9 +448,7 @@ def csa_score_comment(score: str | None, turn: int) -> str | None:
 def write_csa(path: Path, game: Game, names: Sequence[str]) -> None:
     """One game as a CSA file, written atomically. The record starts after the opening (its moves are
     named in a comment), so converters do not learn the opening's random moves as good play."""
-    board = cshogi.Board() if game.opening.position == STARTPOS else cshogi.Board(game.opening.position[5:])
-    for usi in game.opening.moves:
-        board.push_usi(usi)
+    board = game.opening.board()
     with atomic_write(path, "w") as f:
         exporter = CSA.Exporter()
         exporter.f = f

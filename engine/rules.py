@@ -15,6 +15,7 @@ SENNICHITE = 0x4
 NYUGYOKU = 0x8
 MAX_MOVES = 0x10
 DEFAULT_MAX_MOVES = 320
+SENNICHITE_OCCURRENCES = 4  # the official rule: the same position (board, hands, side) four times
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ def terminal(
     max_moves: int | None = DEFAULT_MAX_MOVES,
     repetition_ply: int | None = None,
     check_nyugyoku: bool = True,
+    repetition: bool = True,
 ) -> Terminal | None:
     """The game-end state of `board` for the side to move, or None if play goes on.
 
@@ -52,19 +54,42 @@ def terminal(
     moving); a repetition is judged on the position reached (first repetition = sennichite, as in
     dlshogi; perpetual check loses for the checker); no legal moves loses; then the move limit.
     `max_moves` counts plies played (the game is drawn once `max_moves` plies have been played).
+    `repetition=False` leaves repetitions to the caller (an arbiter applying the four-fold rule).
     """
     turn = board.turn
     if check_nyugyoku and board.is_nyugyoku():
         return win_for(turn, NYUGYOKU)
-    rep = board.is_draw(repetition_ply) if repetition_ply is not None else board.is_draw()
+    if repetition:
+        rep = board.is_draw(repetition_ply) if repetition_ply is not None else board.is_draw()
+        ended = _repetition_end(rep, turn)
+        if ended is not None:
+            return ended
+    if board.is_game_over():
+        return win_for(cshogi.opponent(turn))
+    if max_moves is not None and board.move_number - 1 >= max_moves:
+        return Terminal(None, MAX_MOVES)
+    return None
+
+
+def _repetition_end(rep: int, turn: int) -> Terminal | None:
+    """cshogi's repetition verdict as a game end (perpetual check loses for the checker)."""
     if rep == cshogi.REPETITION_DRAW:
         return Terminal(None, SENNICHITE)
     if rep == cshogi.REPETITION_WIN:
         return win_for(turn, SENNICHITE)
     if rep == cshogi.REPETITION_LOSE:
         return win_for(cshogi.opponent(turn), SENNICHITE)
-    if board.is_game_over():
-        return win_for(cshogi.opponent(turn))
-    if max_moves is not None and board.move_number - 1 >= max_moves:
-        return Terminal(None, MAX_MOVES)
     return None
+
+
+def game_terminal(
+    board: cshogi.Board, occurrences: dict[int, int], max_moves: int | None = DEFAULT_MAX_MOVES
+) -> Terminal | None:
+    """The official end of a game being played (for arbiters, not searches): sennichite only when the
+    position occurs for the fourth time. `occurrences` counts positions by `zobrist_hash()` (board,
+    hands and side to move) and must already include the current one. Nyugyoku ends a game only by
+    declaration, which the arbiter judges itself."""
+    if occurrences.get(board.zobrist_hash(), 0) >= SENNICHITE_OCCURRENCES:
+        ended = _repetition_end(board.is_draw(), board.turn)
+        return ended if ended is not None else Terminal(None, SENNICHITE)
+    return terminal(board, max_moves, check_nyugyoku=False, repetition=False)

@@ -272,3 +272,34 @@ def test_unpaired_matches_give_every_game_its_own_opening(tmp_path):
         [EngineSpec(GREEDY), EngineSpec(GREEDY)], 4, nodes=1, max_moves=12, openings=openings, progress=False
     )
     assert [g.opening for g in paired.games] == [openings[0], openings[0], openings[1], openings[1]]
+
+
+def test_sennichite_is_the_fourth_occurrence_as_in_real_games():
+    """cshogi's is_draw (and searches) call the first repetition a draw; a real game needs four."""
+    from collections import Counter
+
+    from engine.rules import game_terminal
+
+    board = cshogi.Board()
+    seen = Counter([board.zobrist_hash()])
+    shuffle = ["5i5h", "5a5b", "5h5i", "5b5a"]
+    ends = []
+    for cycle in range(3):
+        for usi in shuffle:
+            board.push_usi(usi)
+            seen[board.zobrist_hash()] += 1
+            ends.append(game_terminal(board, seen, None))
+        assert seen[board.zobrist_hash()] == cycle + 2
+    assert ends[:-1] == [None] * 11
+    assert ends[-1] is not None and ends[-1].winner is None  # 4th time at the start position: a draw
+    # perpetual check: the checking side (Black's rook) loses on the fourth occurrence
+    board = cshogi.Board("4k4/9/9/9/9/9/9/9/R3K4 b - 1")
+    seen = Counter([board.zobrist_hash()])
+    moves = ["9i9a"] + ["5a5b", "9a9b", "5b5a", "9b9a"] * 3  # the check 9i9a recurs at ply 13
+    ends = []
+    for usi in moves:
+        board.push_usi(usi)
+        seen[board.zobrist_hash()] += 1
+        ends.append(game_terminal(board, seen, None))
+    assert ends[:-1] == [None] * (len(moves) - 1)
+    assert ends[-1] is not None and ends[-1].winner == cshogi.WHITE
