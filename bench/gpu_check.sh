@@ -47,6 +47,14 @@ PY
 echo "=== positions/s per backend and batch size (bench/inference.py --quick) ==="
 timeout 300 python bench/inference.py --quick --seconds 1.0 || echo "bench/inference.py exited with $?"
 
+echo "=== self-play positions/s on the GPU (bench/selfplay.py, torch CUDA FP16, small net) ==="
+if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  timeout 150 python bench/selfplay.py --device cuda --backend torch --nets small --parallel 256 --games 256 \
+    --groups 1,2 --processes 0 --baseline-seconds 5 2>&1 | grep -v "^info" || echo "bench/selfplay.py exited with $?"
+else
+  echo "SKIP: torch has no CUDA device"
+fi
+
 echo "=== TensorRT: build + compare with torch FP32 (skipped without tensorrt) ==="
 timeout 300 python - <<'PY'
 import sys, tempfile, time, importlib.util
