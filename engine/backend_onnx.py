@@ -13,7 +13,6 @@ from engine.evaluator import Evaluator
 from engine.io_spec import INPUT_NAMES, OUTPUT_NAMES, TensorSpec, check_convention
 
 ORT_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(float16)": np.dtype(np.float16)}
-GPU_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
 
 
 def available_providers() -> list[str]:
