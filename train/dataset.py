@@ -340,7 +340,12 @@ def cache_key(files: Sequence[Path], average: bool, temperature: float) -> str:
 
 
 def hcpe3_cache_for(
-    files: Sequence[Path], cache_dir: Path, average: bool = False, temperature: float = 1.0, log=print
+    files: Sequence[Path],
+    cache_dir: Path,
+    average: bool = False,
+    temperature: float = 1.0,
+    log=print,
+    progress: bool = True,
 ) -> Path:
     """The cache built from these hcpe3 files, reused if one with the same key is already there."""
     path = cache_dir / f"hcpe3-{cache_key(files, average, temperature)}.cache"
@@ -348,7 +353,7 @@ def hcpe3_cache_for(
         log(f"reusing hcpe3 cache {path}")
         return path
     log(f"building hcpe3 cache {path} from {len(files)} file(s)")
-    stats = records.build_hcpe3_cache(files, path, average=average, temperature=temperature, progress=True)
+    stats = records.build_hcpe3_cache(files, path, average, temperature, progress=progress)
     log(f"hcpe3 cache: {stats.entries} positions ({stats.merged} merged, {stats.no_candidates} no policy)")
     return path
 

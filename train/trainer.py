@@ -421,15 +421,17 @@ def _prepare_sources(
 ) -> tuple[list[tuple[str, Path]], list[Path]]:
     """Detect formats; rank 0 builds the hcpe3 cache (if any) while the other ranks wait."""
     direct, hcpe3 = plan_sources(files)
-    caches: list[Path] = []
-    if hcpe3:
-        if d.main:
-            caches = [hcpe3_cache_for(hcpe3, cache_dir, cfg.hcpe3_average, cfg.hcpe3_temperature, log)]
-        if d.enabled:
-            dist.barrier()
-        if not d.main:
-            caches = [hcpe3_cache_for(hcpe3, cache_dir, cfg.hcpe3_average, cfg.hcpe3_temperature, log)]
-    return direct, caches
+    if not hcpe3:
+        return direct, []
+
+    def cache() -> list[Path]:
+        options = (cfg.hcpe3_average, cfg.hcpe3_temperature, log, cfg.progress)
+        return [hcpe3_cache_for(hcpe3, cache_dir, *options)]
+
+    caches = cache() if d.main else []
+    if d.enabled:
+        dist.barrier()
+    return direct, caches if d.main else cache()
 
 
 def _all_sum(t: torch.Tensor, d: Dist) -> torch.Tensor:
@@ -478,7 +480,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
     test_corpus = None
     if cfg.test and d.main:
         t_direct, t_caches = plan_sources(resolve_inputs(cfg.test))
-        t_caches = [hcpe3_cache_for(t_caches, cache_dir, log=log)] if t_caches else []
+        t_caches = [hcpe3_cache_for(t_caches, cache_dir, log=log, progress=cfg.progress)] if t_caches else []
         test_corpus = open_corpus(t_direct, t_caches, net.config.input2)
 
     sampler = EpochBatches(len(corpus), cfg.batch_size, cfg.seed, d.rank, d.world, cfg.accum_steps)
