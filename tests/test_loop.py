@@ -178,10 +178,19 @@ def test_extra_data_is_mixed_into_every_generations_training(tmp_path):
     anchor = tmp_path / "anchor.hcpe"
     write_hcpe(anchor, 300, seed=4)
     run = tmp_path / "run"
-    cfg = tiny(run, extra_data=str(anchor), val_lambda=0.5, eval_games=0, greedy=False)
+    held_out = tmp_path / "held_out.hcpe"
+    write_hcpe(held_out, 70, seed=9)
+    cfg = tiny(run, extra_data=str(anchor), test=str(held_out), val_lambda=0.5, eval_games=0, greedy=False)
     rows = run_loop(cfg, lambda _: None)
     trained = json.loads(RunPaths(run).state.read_text())["generations"]["1"]["train"]["positions"]
     # every self-play position carries a policy target here, so the trainer saw both sets whole
     assert trained == rows[0]["positions"] + len(read_hcpe(anchor))
+    # the generation is measured on the held-out records, and the row says so
+    held = rows[0]["held_out"]
+    assert held["test_positions"] == 70
+    assert 0.0 <= held["test_policy_acc"] <= 1.0 and held["test_value_loss"] > 0
+    assert (RunPaths(run).plot).is_file()
     with pytest.raises(UserError, match="--extra-data"):
         tiny(run, extra_data=str(tmp_path / "missing.hcpe")).validate()
+    with pytest.raises(UserError, match="--test"):
+        tiny(run, test=str(tmp_path / "missing.hcpe")).validate()

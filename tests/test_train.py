@@ -9,7 +9,7 @@ import torch
 from engine.network import load_model, read_checkpoint
 from train import synthetic
 from train.plot import read_metrics
-from train.trainer import TrainConfig, lr_factor, train
+from train.trainer import TrainConfig, evaluate_checkpoint, lr_factor, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(REPO, "bin", "train")
@@ -57,6 +57,12 @@ def test_learns_a_learnable_task(data, tmp_path):
     assert net.config.channels == 32
     ckpt = read_checkpoint(out / "checkpoint.pt")  # weights_only=True
     assert ckpt["step"] == summary["steps"] == 2 * (3000 // 64)
+    # the saved model, measured again from its file, scores what training reported for it
+    test_set = [str(data / "test.hcpe")]
+    again = evaluate_checkpoint(out / "model.pt", test_set, tmp_path / "cache", batch_size=64)
+    for key in ("test_policy_acc", "test_value_acc", "test_policy_loss", "test_value_loss"):
+        assert again[key] == pytest.approx(test_rows[-1][key], rel=1e-4, abs=1e-5)
+    assert again["test_positions"] == 400
 
 
 def resume_config(out, data, **kw) -> TrainConfig:

@@ -93,6 +93,7 @@ class LoopConfig:
     # training
     window: str = "8"  # newest self-play files trained on
     extra_data: str = ""  # comma-separated records mixed into every generation's training (an anchor)
+    test: str = ""  # comma-separated held-out records each generation is measured on (e.g. an engine's games)
     val_lambda: float = 0.0  # trainer's mix of the stored eval into the value target
     epochs: str = "1"
     batch_size: str = "256"
@@ -123,7 +124,10 @@ class LoopConfig:
         return parse_usi_options(item for item in self.usi_option.split(",") if item.strip())
 
     def extra_paths(self) -> list[Path]:
-        return [Path(p) for p in self.extra_data.split(",") if p.strip()]
+        return path_list(self.extra_data)
+
+    def test_paths(self) -> list[Path]:
+        return path_list(self.test)
 
     def validate(self) -> None:
         self.schedules()
@@ -141,13 +145,19 @@ class LoopConfig:
         for ok, msg in checks:
             if not ok:
                 raise UserError(msg)
-        for extra in self.extra_paths():
-            if not extra.exists():
-                raise UserError(f"--extra-data {extra}: no such file or folder")
+        for flag, given in (("--extra-data", self.extra_paths()), ("--test", self.test_paths())):
+            for p in given:
+                if not p.exists():
+                    raise UserError(f"{flag} {p}: no such file or folder")
         preset(self.network)
         run = Path(self.dir)
         if run.exists() and not run.is_dir():
             raise UserError(f"--dir {run}: not a directory")
+
+
+def path_list(text: str) -> list[Path]:
+    """`a.hcpe,b/` -> paths (a comma-separated option)."""
+    return [Path(p.strip()) for p in text.split(",") if p.strip()]
 
 
 # ----- run folder and state -----
@@ -434,7 +444,15 @@ def step_eval(
                 state.save()  # a finished match survives an interruption of the next one
     if g == 1 and "prev" in matches:
         matches["gen0"] = matches["prev"]
-    return {"matches": matches, "seconds": time.perf_counter() - started_at}
+    record: dict[str, Any] = {"matches": matches}
+    if cfg.test:
+        from train.trainer import evaluate_checkpoint
+
+        tests = [str(p) for p in cfg.test_paths()]
+        held_out = evaluate_checkpoint(paths.checkpoint(g), tests, paths.root / "cache", device=cfg.device)
+        record["held_out"] = held_out
+        log(f"gen {g}: held-out " + ", ".join(f"{k} {v:.4g}" for k, v in record["held_out"].items()))
+    return {**record, "seconds": time.perf_counter() - started_at}
 
 
 # ----- records of the run -----
@@ -457,6 +475,8 @@ def generation_row(state: LoopState, g: int) -> dict[str, Any]:
         row[f"vs_{key}"] = {
             k: m[k] for k in ("wins", "losses", "draws", "score", "elo", "elo_error95", "los")
         }
+    if "held_out" in gen["eval"]:
+        row["held_out"] = gen["eval"]["held_out"]
     prev = matches.get("prev")
     row["ladder_elo"] = prev_ladder + prev["elo"] if prev and prev_ladder is not None else None
     errs = [
@@ -514,7 +534,14 @@ def plot_strength(rows: list[dict[str, Any]], png: Path) -> None:
     ax_loss.set_ylabel("train loss")
     ax_loss.set_xlabel("generation")
     if ax_loss.get_legend_handles_labels()[0]:
-        ax_loss.legend(loc="best")
+        ax_loss.legend(loc="upper left")
+    held = [(r["generation"], r["held_out"]) for r in rows if r.get("held_out")]
+    if held:  # accuracy on --test records, on its own axis
+        ax_acc = ax_loss.twinx()
+        for key, style in (("test_policy_acc", "s--"), ("test_value_acc", "^--")):
+            ax_acc.plot([g for g, _ in held], [h[key] for _, h in held], style, label=f"held-out {key[5:]}")
+        ax_acc.set_ylabel("held-out accuracy")
+        ax_acc.legend(loc="upper right")
     ax_loss.grid(alpha=0.3)
     save_figure(fig, png)
 

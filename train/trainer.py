@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -368,7 +368,7 @@ class MetricsLog:
 
 @torch.no_grad()
 def evaluate(
-    net: nn.Module, loader: Iterator[Batch], device: torch.device, dtype: torch.dtype | None
+    net: nn.Module, loader: Iterable[Batch], device: torch.device, dtype: torch.dtype | None
 ) -> dict[str, float]:
     """Test losses and accuracies: policy top-1 against the target's argmax (rows with a policy);
     value sign against the result on decisive positions (a draw has no right side of 0.5)."""
@@ -402,6 +402,36 @@ def evaluate(
         "test_value_acc": v_hit / max(decisive_rows, 1),
         "test_positions": int(rows),
     }
+
+
+def make_test_loader(
+    test: Sequence[str],
+    cache_dir: Path,
+    planes2: int,
+    batch_size: int,
+    limit: int | None = None,
+    workers: int = 0,
+    pin: bool = False,
+    log: Callable[[str], None] = print,
+) -> Iterable[Batch]:
+    """Held-out records in order (hcpe3 through a cache in `cache_dir`), for `evaluate`."""
+    direct, hcpe3 = plan_sources(resolve_inputs(test))
+    caches = [hcpe3_cache_for(hcpe3, cache_dir, log=log, progress=False)] if hcpe3 else []
+    corpus = open_corpus(direct, caches, planes2)
+    if not len(corpus):
+        raise UserError(f"--test {' '.join(map(str, test))}: no positions")
+    return make_loader(BatchDataset(corpus), SequentialBatches(len(corpus), batch_size, limit), workers, pin)
+
+
+def evaluate_checkpoint(
+    model: str | Path, test: Sequence[str], cache_dir: Path, batch_size: int = 256, device: str | None = None
+) -> dict[str, float]:
+    """A saved model's held-out losses and accuracies (the loop measures each generation this way on
+    an engine's games: a strength signal that needs no match)."""
+    net = load_model(model)
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    loader = make_test_loader(test, cache_dir, net.config.input2, batch_size, log=lambda _msg: None)
+    return evaluate(net.to(dev), loader, dev, None)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -477,11 +507,6 @@ def train(config: TrainConfig) -> dict[str, Any]:
     cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else run_dir / "cache"
     direct, caches = _prepare_sources(files, cache_dir, cfg, d, log)
     corpus = open_corpus(direct, caches, net.config.input2)
-    test_corpus = None
-    if cfg.test and d.main:
-        t_direct, t_caches = plan_sources(resolve_inputs(cfg.test))
-        t_caches = [hcpe3_cache_for(t_caches, cache_dir, log=log, progress=cfg.progress)] if t_caches else []
-        test_corpus = open_corpus(t_direct, t_caches, net.config.input2)
 
     sampler = EpochBatches(len(corpus), cfg.batch_size, cfg.seed, d.rank, d.world, cfg.accum_steps)
     steps_per_epoch = sampler.batches_per_epoch
@@ -489,11 +514,11 @@ def train(config: TrainConfig) -> dict[str, Any]:
     pin = device.type == "cuda"
     loader = make_loader(BatchDataset(corpus, cfg.mirror), sampler, cfg.workers, pin)
     test_loader = None
-    if test_corpus is not None:
-        test_sampler = SequentialBatches(
-            len(test_corpus), max(1, cfg.batch_size // cfg.accum_steps), cfg.test_limit
+    if cfg.test and d.main:
+        test_batch = max(1, cfg.batch_size // cfg.accum_steps)
+        test_loader = make_test_loader(
+            cfg.test, cache_dir, net.config.input2, test_batch, cfg.test_limit, min(cfg.workers, 2), pin, log
         )
-        test_loader = make_loader(BatchDataset(test_corpus), test_sampler, min(cfg.workers, 2), pin)
 
     net.to(device)
     model: nn.Module = net
