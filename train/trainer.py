@@ -507,18 +507,18 @@ def train(config: TrainConfig) -> dict[str, Any]:
     cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else run_dir / "cache"
     direct, caches = _prepare_sources(files, cache_dir, cfg, d, log)
     corpus = open_corpus(direct, caches, net.config.input2)
-
-    sampler = EpochBatches(len(corpus), cfg.batch_size, cfg.seed, d.rank, d.world, cfg.accum_steps)
-    steps_per_epoch = sampler.batches_per_epoch
-    total_steps = cfg.epochs * steps_per_epoch
     pin = device.type == "cuda"
-    loader = make_loader(BatchDataset(corpus, cfg.mirror), sampler, cfg.workers, pin)
     test_loader = None
     if cfg.test and d.main:
         test_batch = max(1, cfg.batch_size // cfg.accum_steps)
         test_loader = make_test_loader(
             cfg.test, cache_dir, net.config.input2, test_batch, cfg.test_limit, min(cfg.workers, 2), pin, log
         )
+
+    sampler = EpochBatches(len(corpus), cfg.batch_size, cfg.seed, d.rank, d.world, cfg.accum_steps)
+    steps_per_epoch = sampler.batches_per_epoch
+    total_steps = cfg.epochs * steps_per_epoch
+    loader = make_loader(BatchDataset(corpus, cfg.mirror), sampler, cfg.workers, pin)
 
     net.to(device)
     model: nn.Module = net
