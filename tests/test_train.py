@@ -63,6 +63,11 @@ def test_learns_a_learnable_task(data, tmp_path):
     for key in ("test_policy_acc", "test_value_acc", "test_policy_loss", "test_value_loss"):
         assert again[key] == pytest.approx(test_rows[-1][key], rel=1e-4, abs=1e-5)
     assert again["test_positions"] == 400
+    r = run_cli("--evaluate", out / "model.pt", "--test", *test_set, "--cache-dir", tmp_path / "cache")
+    assert r.returncode == 0, r.stderr
+    printed = json.loads(r.stdout)
+    assert printed["model"] == str(out / "model.pt")
+    assert printed["test_policy_acc"] == pytest.approx(again["test_policy_acc"])
 
 
 def resume_config(out, data, **kw) -> TrainConfig:
@@ -163,3 +168,7 @@ def test_cli_errors_are_one_line(data, tmp_path):
         assert last.startswith("train: error:") and needle in last, r.stderr
     r = run_cli("--out", tmp_path / "fresh")
     assert r.returncode == 2 and "no --data" in r.stderr
+    r = run_cli("--data", data / "test.hcpe")
+    assert r.returncode == 2 and "--out RUN_DIR is required" in r.stderr
+    r = run_cli("--evaluate", tmp_path / "model.pt")
+    assert r.returncode == 2 and "--evaluate needs --test" in r.stderr
