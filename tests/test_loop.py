@@ -18,6 +18,7 @@ from train.loop import (
     at_generation,
     count_games,
     init_generation0,
+    opponents,
     parse_schedule,
     run_loop,
     step_selfplay,
@@ -94,7 +95,7 @@ def test_two_generations_interrupted_and_resumed(tmp_path):
 
     # Rerun to two generations: generation 1 continues at export, nothing finished is redone.
     steps: list[tuple[int, str]] = []
-    rows = run_loop(tiny(run, generations=2), log.append, on_step=lambda g, s: steps.append((g, s)))
+    rows = run_loop(tiny(run, generations=2, anchor=1), log.append, on_step=lambda g, s: steps.append((g, s)))
     assert steps == [(1, "export"), (1, "eval"), (2, "selfplay"), (2, "train"), (2, "export"), (2, "eval")]
     assert paths.checkpoint(1).stat().st_mtime_ns == trained
     assert {f: f.stat().st_mtime_ns for f in paths.selfplay(1).iterdir()} == selfplay_files
@@ -109,6 +110,8 @@ def test_two_generations_interrupted_and_resumed(tmp_path):
             m = r[key]
             assert m["wins"] + m["losses"] + m["draws"] == 2
     assert rows[0]["vs_prev"] == rows[0]["vs_gen0"]  # generation 1's previous model is generation 0
+    # --anchor 1 is generation 2's previous model: the same match
+    assert "vs_anchor" not in rows[0] and rows[1]["vs_anchor"] == rows[1]["vs_prev"]
     assert rows[1]["ladder_elo"] == pytest.approx(rows[0]["ladder_elo"] + rows[1]["vs_prev"]["elo"])
     assert len(paths.jsonl.read_text().splitlines()) == 2
     assert (run / "strength.png").stat().st_size > 1000
@@ -119,6 +122,19 @@ def test_two_generations_interrupted_and_resumed(tmp_path):
     steps.clear()
     assert run_loop(tiny(run, generations=2), log.append, on_step=lambda g, s: steps.append((g, s))) == rows
     assert steps == []
+
+
+def test_anchor_generation_is_a_fixed_opponent_of_every_later_one(tmp_path):
+    paths = RunPaths(tmp_path / "run")
+    for g, expected in ((2, set()), (3, {"anchor"}), (9, {"anchor"})):
+        found = opponents(tiny(paths.root, anchor=1, greedy=False), paths, g)
+        assert set(found) - {"prev", "gen0"} == expected
+        if expected:
+            assert found["anchor"].options["DNN_Model"] == str(paths.onnx(1))
+            assert found["prev"].options["DNN_Model"] == str(paths.onnx(g - 1))
+    assert "anchor" not in opponents(tiny(paths.root), paths, 9)
+    with pytest.raises(UserError, match="--anchor"):
+        tiny(paths.root, anchor=-1).validate()
 
 
 def test_loop_cli_errors(tmp_path):

@@ -109,6 +109,7 @@ class LoopConfig:
     eval_random_plies: int = 4
     eval_batch: int = 16
     eval_timeout: float = 120.0
+    anchor: int = 0  # a fixed reference generation every later one also plays (0: none besides gen 0)
     greedy: bool = True
     progress: bool = True
 
@@ -140,6 +141,7 @@ class LoopConfig:
             (self.eval_nodes >= 1, "--eval-nodes must be >= 1"),
             (self.eval_batch >= 1, "--eval-batch must be >= 1"),
             (self.eval_timeout > 0, "--eval-timeout must be > 0"),
+            (self.anchor >= 0, "--anchor must be >= 0"),
             (self.workers >= 0, "--workers must be >= 0"),
         ]
         for ok, msg in checks:
@@ -407,10 +409,13 @@ def model_engine(cfg: LoopConfig, model: Path, name: str) -> EngineSpec:
 
 
 def opponents(cfg: LoopConfig, paths: RunPaths, g: int) -> dict[str, EngineSpec]:
-    """Previous generation, the random-init generation 0 (the same match when g == 1), the greedy player."""
+    """Previous generation, the random-init generation 0 and the --anchor generation (each the same match
+    as 'prev' when it is the previous one), the greedy player."""
     out = {"prev": model_engine(cfg, play_model(paths, g - 1), f"gen{g - 1}")}
     if g > 1:
         out["gen0"] = model_engine(cfg, play_model(paths, 0), "gen0")
+    if 0 < cfg.anchor < g - 1:
+        out["anchor"] = model_engine(cfg, play_model(paths, cfg.anchor), f"gen{cfg.anchor}")
     if cfg.init:
         out["random"] = model_engine(cfg, paths.random_onnx, "random-init")
     if cfg.greedy:
@@ -442,8 +447,11 @@ def step_eval(
                 log(f"gen {g}: {result}")
                 matches[key] = result.summary()
                 state.save()  # a finished match survives an interruption of the next one
-    if g == 1 and "prev" in matches:
-        matches["gen0"] = matches["prev"]
+    if "prev" in matches:  # a reference that is the previous generation: that same match
+        if g == 1:
+            matches["gen0"] = matches["prev"]
+        if cfg.anchor and cfg.anchor == g - 1:
+            matches["anchor"] = matches["prev"]
     record: dict[str, Any] = {"matches": matches}
     if cfg.test:
         from train.trainer import evaluate_checkpoint
@@ -510,7 +518,7 @@ def plot_strength(rows: list[dict[str, Any]], png: Path) -> None:
     fig, (ax, ax_loss) = plt.subplots(2, 1, figsize=(8, 8), sharex=True)
     gens = [r["generation"] for r in rows]
     series = [("ladder_elo", "ladder_error95", "ladder (chained vs previous)")]
-    series += [(f"vs_{k}", None, f"vs {k}") for k in ("gen0", "random", "greedy")]
+    series += [(f"vs_{k}", None, f"vs {k}") for k in ("gen0", "anchor", "random", "greedy")]
     for key, err_key, label in series:
         pts = []
         for r in rows:
