@@ -11,6 +11,7 @@ of a session, so a match is reproducible but its games differ. Time controls are
 
 from __future__ import annotations
 
+import argparse
 import random
 import sys
 from collections.abc import Callable
@@ -131,7 +132,14 @@ class GreedyPlayer:
                 return
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Speak USI on stdin/stdout; the only arguments are --help (a GUI gives none)."""
+    argparse.ArgumentParser(
+        prog="greedy_usi",
+        description=__doc__.split("\n")[0],
+        epilog="It reads USI commands on stdin: register it in a GUI or give it to bin/match.",
+    ).parse_args(argv)
+
     def write(line: str) -> None:
         try:
             sys.stdout.write(line + "\n")

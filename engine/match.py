@@ -39,6 +39,7 @@ from engine.rules import DEFAULT_MAX_MOVES, MAX_MOVES, SENNICHITE, game_terminal
 
 STARTPOS = "startpos"
 DEFAULT_MOVE_TIMEOUT = 60.0  # seconds on top of the byoyomi before an engine loses on time
+DEFAULT_RANDOM_PLIES = 4  # random opening plies, so deterministic engines still play distinct games
 CSA_END = {
     "checkmate": "%TSUMI",
     "resign": "%TORYO",
@@ -103,7 +104,7 @@ class UsiProcess(cshogi.usi.Engine):
         argv = self.spec.argv
         exe = Path(argv[0])
         if exe.parent != Path("") and exe.exists():  # run in its folder, as cshogi does, so make it absolute
-            exe = exe.resolve()
+            exe = Path(os.path.abspath(exe))  # not resolve(): a venv's python is a symlink out of the venv
             argv[0] = str(exe)
         self._stderr = tempfile.TemporaryFile()
         self._lines = queue.Queue()
@@ -339,6 +340,19 @@ def random_openings(count: int, plies: int, seed: int = 0) -> list[Opening]:
     return openings
 
 
+def game_opening(openings: Sequence[Opening], game: int, paired: bool) -> Opening:
+    """The opening of game `game` (0-based): paired, games 2k and 2k+1 share opening k (colours
+    swapped); unpaired, game k has opening k. Openings are reused cyclically when there are too few."""
+    return openings[(game // 2 if paired else game) % len(openings)]
+
+
+def repeated_games(games: int, openings: Sequence[Opening], paired: bool = True) -> int:
+    """How many of `games` start like an earlier game (same opening, same colours): deterministic
+    engines replay those move for move, so they add no information."""
+    starts = {(game_opening(openings, i, paired), i % 2) for i in range(games)}
+    return games - len(starts)
+
+
 # ----- one game -----
 
 
@@ -552,7 +566,7 @@ def play_match(
     try:
         with tqdm(total=games, unit="game", disable=not progress, dynamic_ncols=True) as bar:
             for i in range(games):
-                opening = openings[(i // 2 if paired else i) % len(openings)]
+                opening = game_opening(openings, i, paired)
                 game = play_game(engines, opening, i % 2, nodes, byoyomi, max_moves)
                 result.games.append(game)
                 if csa_dir is not None:

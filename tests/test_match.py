@@ -15,11 +15,13 @@ import pytest
 from engine.errors import UserError
 from engine.greedy_usi import GreedyPlayer, choose_move, move_score
 from engine.match import (
+    DEFAULT_RANDOM_PLIES,
     EngineSpec,
     Opening,
     parse_opening,
     random_openings,
     read_openings,
+    repeated_games,
     run_match,
 )
 
@@ -92,7 +94,11 @@ def test_greedy_reports_bad_positions_and_keeps_the_last_good_one():
     assert player.board.move_number == 2
 
 
+@pytest.mark.timeout(120, method="signal")  # cshogi's client spins forever on a dead engine's output
 def test_greedy_speaks_usi_through_cshogi():
+    # an engine that dies at start fails here at once, with its stderr, not inside cshogi's client
+    started = subprocess.run([GREEDY], input="usi\nquit\n", capture_output=True, text=True, timeout=60)
+    assert "usiok" in started.stdout.split("\n"), started.stderr
     engine = cshogi.usi.Engine(GREEDY)
     try:
         assert engine.name == "GreedyMaterial"
@@ -251,6 +257,41 @@ def test_match_cli(tmp_path):
     ):
         bad = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_repeated_games_counts_games_that_replay_an_earlier_start():
+    start = [Opening()]
+    assert repeated_games(2, start) == 0  # the start position once with each colour
+    assert repeated_games(20, start) == 18
+    assert repeated_games(20, start, paired=False) == 18
+    four = random_openings(4, 3, seed=0)
+    assert repeated_games(8, four) == 0 and repeated_games(10, four) == 2
+    assert repeated_games(4, four, paired=False) == 0 and repeated_games(5, four, paired=False) == 1
+    assert repeated_games(4, [four[0], four[0]]) == 2  # the same line twice in an openings file
+
+
+def test_match_cli_plays_distinct_openings_by_default_and_warns_when_games_repeat(tmp_path):
+    """Deterministic engines from one start replay one game: the default gives every pair of games its
+    own random opening; asking for the start position only says so."""
+    cmd = [str(REPO / "bin" / "match"), GREEDY, GREEDY, "--nodes", "1", "--max-moves", "6", "--no-progress"]
+    sfen = tmp_path / "default.sfen"
+    out = subprocess.run(
+        [*cmd, "--games", "4", "--sfen", str(sfen)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and "warning" not in out.stderr, out.stderr
+    games = [line.split()[3:] for line in sfen.read_text().splitlines()]  # after `position startpos moves`
+    openings = [tuple(g[:DEFAULT_RANDOM_PLIES]) for g in games]
+    assert DEFAULT_RANDOM_PLIES > 0 and len(set(openings)) == 2 and openings[0] == openings[1]
+    assert all(len(g) == 6 for g in games)  # played on from the opening to --max-moves (which counts it)
+    same = subprocess.run(
+        [*cmd, "--games", "4", "--random-plies", "0"], capture_output=True, text=True, timeout=120
+    )
+    assert same.returncode == 0 and '"games": 4' in same.stdout
+    warnings = [line for line in same.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "match: warning: 2 of 4 games start like an earlier one (same opening and colours); deterministic "
+        "engines replay them move for move (use --random-plies or --openings)"
+    ]
 
 
 def test_unpaired_matches_give_every_game_its_own_opening(tmp_path):
