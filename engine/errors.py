@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable
 from functools import wraps
 from typing import TypeVar
@@ -15,11 +16,16 @@ class UserError(Exception):
 
 
 def cli_main(prog: str) -> Callable[[Callable[..., T]], Callable[..., int]]:
-    """Wrap a CLI entry so a UserError (or Ctrl-C) becomes `prog: message` and an exit status."""
+    """Wrap a CLI entry so a UserError (or Ctrl-C) becomes `prog: message` and an exit status, and each
+    warning one `prog: warning: message` line."""
+
+    def one_line(message, category, filename, lineno, line=None) -> str:
+        return f"{prog}: warning: {message}\n"  # not Python's two lines naming our source file
 
     def wrap(fn: Callable[..., T]) -> Callable[..., int]:
         @wraps(fn)
         def run(*args, **kwargs) -> int:
+            warnings.formatwarning = one_line
             try:
                 result = fn(*args, **kwargs)
             except UserError as e:

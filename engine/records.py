@@ -14,10 +14,10 @@ import shutil
 import struct
 import tempfile
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 import cshogi
 import numpy as np
@@ -28,6 +28,7 @@ from engine.fileio import atomic_write
 from engine.score import EVAL_COEF, eval_to_value  # noqa: F401 - part of this module's API
 
 PathLike = str | os.PathLike
+T = TypeVar("T")
 
 MOVE_LABELS = 2187
 MAX_CANDIDATES = 593  # the most legal moves any shogi position has
@@ -128,6 +129,60 @@ def is_valid_hcp(hcp: np.ndarray | bytes) -> bool:
     return counts == _PIECE_COUNTS
 
 
+_PIECE_INDEX = {"": 0, **{p: i + 1 for i, p in enumerate(_PIECE_COUNTS)}}
+# Piece counts packed 7 bits a piece type (index 0, empty squares, included): one add a step.
+_EXPECTED_PACKED = sum(n << (7 * _PIECE_INDEX[p]) for p, n in _PIECE_COUNTS.items())
+
+
+def _code_table(table: dict[tuple[int, int], str]) -> tuple[np.ndarray, np.ndarray]:
+    """(code length, packed count of its piece) for every value of the next 8 bits; length 0: no
+    code starts there."""
+    lengths, counts = np.zeros(256, np.int64), np.zeros(256, np.int64)
+    for v in range(256):
+        piece, n = _read_code(v, 0, table)
+        if piece is not None:
+            lengths[v], counts[v] = n, 1 << (7 * _PIECE_INDEX[piece])
+    return lengths, counts
+
+
+_BOARD_TABLE = _code_table(_BOARD_CODES)
+_HAND_TABLE = _code_table(_HAND_CODES)
+
+
+def valid_hcps(hcps: np.ndarray) -> np.ndarray:
+    """`is_valid_hcp` of every row of uint8 [N, 32] at once: the codes of all rows are decoded in step
+    (a board square or a hand piece a step), so whole files can be checked before cshogi reads them
+    (one flipped bit can make cshogi crash the interpreter)."""
+    raw = np.ascontiguousarray(hcps).view(np.uint8).reshape(-1, 32).astype(np.int64)
+    n = len(raw)
+    padded = np.zeros((n, 34), np.int64)  # zero bytes past the end: reads there see 0 bits, as ints do
+    padded[:, :32] = raw
+    pairs = (padded[:, :33] | padded[:, 1:] << 8).reshape(-1)  # bytes i and i+1 of each row
+    base = np.arange(n) * 33
+    kings = (raw[:, 0] >> 1, raw[:, 1] & 0x7F)  # bit 0 is the side to move, then 7 bits a king
+    ok = (kings[0] < 81) & (kings[1] < 81) & (kings[0] != kings[1])
+    pos = np.full(n, 15, np.int64)
+    packed = np.zeros(n, np.int64)
+
+    def step(table: tuple[np.ndarray, np.ndarray], active: np.ndarray) -> None:
+        nonlocal ok, pos, packed
+        bits = pairs[base + np.minimum(pos >> 3, 32)] >> (pos & 7) & 0xFF
+        length = table[0][bits] * active
+        ok &= ~active | (length > 0)
+        pos += length
+        packed += table[1][bits] * active
+        ok &= pos <= 256
+
+    for sq in range(81):
+        step(_BOARD_TABLE, ok & (kings[0] != sq) & (kings[1] != sq))
+    for _ in range(sum(_PIECE_COUNTS.values())):
+        active = ok & (pos < 256)
+        if not active.any():
+            break
+        step(_HAND_TABLE, active)
+    return ok & (pos == 256) & (packed >> 7 == _EXPECTED_PACKED >> 7)
+
+
 def hcp_turn(hcp: np.ndarray) -> int:
     """Side to move (cshogi.BLACK/WHITE) of an hcp: its first bit."""
     return int(hcp[0]) & 1
@@ -156,6 +211,29 @@ def _existing_file(path: PathLike) -> Path:
     return p
 
 
+def usable_files(paths: Iterable[PathLike], check: Callable[[Path], T], kind: str) -> dict[Path, T]:
+    """{file: check(file)} for the files `check` accepts; an empty, damaged or foreign one is skipped
+    with a warning naming it, so one bad file never ends a run over a folder. When none is left, the
+    error is that file's own (one file) or a UserError after the warnings. The check's own warnings (a
+    cut-off tail) are left to the read that follows."""
+    good: dict[Path, T] = {}
+    errors: list[UserError] = []
+    for p in map(Path, paths):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                good[p] = check(p)
+        except UserError as e:
+            errors.append(e)
+    if not good and len(errors) == 1:
+        raise errors[0]
+    for e in errors:
+        warnings.warn(f"{e}; skipped", stacklevel=2)
+    if not good:
+        raise UserError(f"no usable {kind} files ({len(errors)} skipped, see the warnings)")
+    return good
+
+
 def _warn_truncated(path: Path, offset: int, what: str) -> None:
     warnings.warn(
         f"{path}: truncated {what} at byte offset {offset}; reading the whole records before it",
@@ -167,10 +245,25 @@ def _sample(n: int, k: int = 16) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, min(n, k)).astype(np.int64))
 
 
-def _check_positions(path: Path, hcps: np.ndarray, kind: str) -> None:
-    for i in _sample(len(hcps)):
-        if not is_valid_hcp(hcps[i]):
-            raise UserError(f"{path}: not a {kind} file (record {i} does not hold a valid position)")
+_CHECK_CHUNK = 16384
+_CHECKED: set[tuple[str, int, int]] = set()  # (file, size, mtime) whose every position decodes
+
+
+def _check_positions(path: Path, n: int, hcps: Callable[[int, int], np.ndarray], kind: str) -> None:
+    """Every position (`hcps(a, b)`: those of records a..b-1) must decode: cshogi can crash the
+    interpreter on a bad one, and one flipped bit makes one. Once per file version in a process."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key in _CHECKED:
+        return
+    for a in range(0, n, _CHECK_CHUNK):
+        bad = np.flatnonzero(~valid_hcps(hcps(a, min(a + _CHECK_CHUNK, n))))
+        if len(bad):
+            i = a + int(bad[0])
+            raise UserError(
+                f"{path}: not a {kind} file, or damaged (record {i} does not hold a valid position)"
+            )
+    _CHECKED.add(key)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -184,7 +277,7 @@ def _read_fixed(path: PathLike, dtype: np.dtype, kind: str, result_field: str) -
     if n == 0:
         raise UserError(f"{p}: not a {kind} file ({size} bytes, one record is {dtype.itemsize})")
     records = np.memmap(p, dtype=dtype, mode="r", shape=(n,))
-    _check_positions(p, records["hcp"], kind)
+    _check_positions(p, n, lambda a, b: records["hcp"][a:b], kind)
     results = records[_sample(n)][result_field]
     if np.any((results < 0) | (results > 2)):
         raise UserError(f"{p}: not a {kind} file (game result outside 0..2)")
@@ -326,21 +419,26 @@ class Hcpe3Writer:
 
     def __init__(self, path: PathLike):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists() and self.path.stat().st_size:
             end = _whole_games_end(self.path)
             if end < self.path.stat().st_size:
                 warnings.warn(f"{self.path}: dropping a partial game at byte offset {end}", stacklevel=2)
                 os.truncate(self.path, end)
-        self._f = open(self.path, "ab", buffering=0)
+        self._f: IO[bytes] | None = None
         self.games = 0
 
     def write(self, game: Hcpe3Game) -> None:
-        _write_all(self._f, encode_hcpe3_game(game))
+        data = encode_hcpe3_game(game)
+        if self._f is None:  # created with the first whole game: a run stopped before it leaves no empty file
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "ab", buffering=0)
+        _write_all(self._f, data)
         self.games += 1
 
     def close(self) -> None:
-        self._f.close()
+        if self._f is not None:
+            self._f.close()
+            self._f = None
 
     def __enter__(self) -> Hcpe3Writer:
         return self
@@ -354,8 +452,10 @@ def _valid_header(header: np.ndarray) -> bool:
     return (result & RESULT_MASK) != 3 and result < 0x20 and is_valid_hcp(header["hcp"])
 
 
-def _walk_hcpe3(path: Path, mm: mmap.mmap) -> Iterator[tuple[int, int, Hcpe3Game]]:
-    """Yield (start, end, game) for each whole game; warn about a partial last game."""
+def _walk_hcpe3(path: Path, mm: mmap.mmap, strict: bool) -> Iterator[tuple[int, int, Hcpe3Game]]:
+    """Yield (start, end, game) for each whole game; warn about a partial last game. Damage after the
+    first game (a bad header or candidate count) ends the file with a warning (a UserError if strict);
+    in the first game it means the file is not hcpe3."""
     size = len(mm)
     off = 0
     while off < size:
@@ -364,7 +464,8 @@ def _walk_hcpe3(path: Path, mm: mmap.mmap) -> Iterator[tuple[int, int, Hcpe3Game
             return
         header = np.frombuffer(mm, HCPE3_HEADER, 1, off).copy()[0]  # no view may outlive the map
         if not _valid_header(header):
-            raise UserError(f"{path}: not an hcpe3 file (no valid game header at byte offset {off})")
+            _hcpe3_damage(path, off, f"no valid game header at byte offset {off}", strict)
+            return
         n = int(header["moveNum"])
         moves = np.empty(n, MOVE_INFO)
         candidates = []
@@ -377,7 +478,8 @@ def _walk_hcpe3(path: Path, mm: mmap.mmap) -> Iterator[tuple[int, int, Hcpe3Game
             pos += MOVE_INFO.itemsize
             k = int(moves[i]["candidateNum"])
             if k > MAX_CANDIDATES:
-                raise UserError(f"{path}: not an hcpe3 file ({k} candidates at byte offset {pos - 6})")
+                _hcpe3_damage(path, off, f"{k} candidates at byte offset {pos - 6}", strict)
+                return
             if pos + k * MOVE_VISITS.itemsize > size:
                 _warn_truncated(path, off, "final hcpe3 game")
                 return
@@ -388,16 +490,24 @@ def _walk_hcpe3(path: Path, mm: mmap.mmap) -> Iterator[tuple[int, int, Hcpe3Game
         off = pos
 
 
-def _games_with_offsets(path: PathLike) -> Iterator[tuple[int, int, Hcpe3Game]]:
+def _hcpe3_damage(path: Path, off: int, what: str, strict: bool) -> None:
+    if off == 0:
+        raise UserError(f"{path}: not an hcpe3 file ({what})")
+    if strict:
+        raise UserError(f"{path}: damaged ({what}); not appending to it")
+    warnings.warn(f"{path}: damaged ({what}); reading the whole games before byte offset {off}", stacklevel=3)
+
+
+def _games_with_offsets(path: PathLike, strict: bool = False) -> Iterator[tuple[int, int, Hcpe3Game]]:
     p = _existing_file(path)
     with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        yield from _walk_hcpe3(p, mm)
+        yield from _walk_hcpe3(p, mm, strict)
 
 
 def _whole_games_end(path: Path) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return max((end for _, end, _ in _games_with_offsets(path)), default=0)
+        return max((end for _, end, _ in _games_with_offsets(path, strict=True)), default=0)
 
 
 def iter_hcpe3_games(path: PathLike) -> Iterator[Hcpe3Game]:
@@ -501,9 +611,7 @@ def build_hcpe3_cache(
     or kept with an empty policy. average=True merges duplicate positions (sums + count)."""
     if temperature < 0:
         raise UserError(f"temperature must be >= 0, got {temperature}")
-    paths = _as_paths(inputs)
-    for p in paths:
-        _existing_file(p)
+    paths = usable_files(_as_paths(inputs), check_hcpe3, "hcpe3")
     stats = CacheStats()
 
     def targets() -> Iterator[tuple[bytes, float, float, np.ndarray, np.ndarray]]:
@@ -587,11 +695,9 @@ class Hcpe3Cache:
         self._starts = starts[:whole]
         self._ends = np.append(starts[1:], size)[:whole]
         if whole:
-            sample = _sample(whole)
-            bodies = self._bodies(sample)
-            _check_positions(p, bodies["hcp"], "hcpe3 cache")
-            if np.any(bodies["count"] < 1):
+            if np.any(self._bodies(_sample(whole))["count"] < 1):
                 raise UserError(f"{p}: not an hcpe3 cache (an entry has count < 1)")
+            _check_positions(p, whole, lambda a, b: self._bodies(np.arange(a, b))["hcp"], "hcpe3 cache")
 
     def __len__(self) -> int:
         return len(self._starts)
@@ -649,12 +755,12 @@ def _sniff(path: Path) -> str | None:
     return None
 
 
-def _check_hcpe3(path: Path) -> None:
-    """The first game (and the header after it) must parse."""
+def check_hcpe3(path: Path) -> None:
+    """The first game must parse (damage later on is reported, once, when the games are read)."""
     games = _games_with_offsets(path)
     try:
-        first = next(games, None)
-        if first is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             next(games, None)
     finally:
         games.close()
@@ -664,7 +770,7 @@ _VALIDATORS = {
     "hcpe": read_hcpe,
     "data": read_data,
     "cache": Hcpe3Cache,
-    "hcpe3": _check_hcpe3,
+    "hcpe3": check_hcpe3,
 }
 
 

@@ -80,7 +80,8 @@ def import_tensorrt() -> Any:
         import tensorrt as trt
     except ImportError as e:
         raise UserError(
-            f"TensorRT is not installed ({e}); pip install tensorrt, or use --backend torch/onnx"
+            f"TensorRT is not installed ({e}): pip install tensorrt, or run the model with the onnx or "
+            "torch backend instead"
         ) from None
     return trt
 
@@ -136,7 +137,7 @@ def build_serialized(
     flags = 0 if fp16_flag else 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
-    if not parser.parse(onnx_path.read_bytes()):
+    if not parser.parse_from_file(str(onnx_path)):  # by path: external weights are found beside it
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise UserError(f"{onnx_path}: TensorRT cannot parse it ({errors[:300]})")
     config = builder.create_builder_config()
@@ -170,8 +171,8 @@ def build_cached_engine(
     log=print,
 ) -> Path:
     """Return the engine for this ONNX/GPU/TensorRT/batch/precision, building it only when no valid
-    cached one exists. The key's model hash is the ONNX file's sha256."""
-    from engine.onnx_model import sha256_file
+    cached one exists. The key's model hash covers the ONNX file and its external weights."""
+    from engine.onnx_model import onnx_sha256
 
     onnx_path = Path(onnx_path)
     if not onnx_path.is_file():
@@ -179,7 +180,7 @@ def build_cached_engine(
     if max_batch < 1 or (opt_batch is not None and not 1 <= opt_batch <= max_batch):
         raise UserError(f"bad batch sizes: need 1 <= opt_batch <= max_batch (got {opt_batch}, {max_batch})")
     trt = import_tensorrt()
-    key = engine_cache_key(sha256_file(onnx_path), gpu_name(), trt.__version__, max_batch, precision)
+    key = engine_cache_key(onnx_sha256(onnx_path), gpu_name(), trt.__version__, max_batch, precision)
     out_dir = Path(out_dir) if out_dir is not None else onnx_path.parent
     found = find_engine(out_dir, key)
     if found is not None:

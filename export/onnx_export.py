@@ -24,7 +24,7 @@ import cshogi
 import numpy as np
 
 from engine.errors import UserError, cli_main
-from engine.fileio import atomic_write_bytes
+from engine.fileio import atomic_write_bytes, check_output_file
 from engine.network import PolicyValueNetwork, load_model
 from engine.onnx_model import DEFAULT_OPSET, onnx_bytes
 from engine.position import random_positions
@@ -83,13 +83,14 @@ def export_onnx(
     verify: bool = True,
     positions: int = 64,
     tolerance: float | None = None,
+    activation: str | None = None,
 ) -> ExportReport:
     """Export and (unless verify=False) check against PyTorch; `out` is written only if the check
     passes. Returns the report either way."""
+    out = check_output_file(out)  # before the export and check, not after them
     net = checkpoint_or_net
     if not isinstance(net, PolicyValueNetwork):
-        net = load_model(checkpoint_or_net)
-    out = Path(out)
+        net = load_model(checkpoint_or_net, activation)
     tolerance = TOLERANCE[fp16] if tolerance is None else tolerance
     data = onnx_bytes(net, opset, fp16)
     if not verify:
@@ -108,18 +109,26 @@ def export_onnx(
 @cli_main("onnx_export")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="onnx_export", description=__doc__.split("\n")[1])
-    parser.add_argument("checkpoint", help=".pt checkpoint (ours or a dlshogi state dict)")
+    parser.add_argument("checkpoint", help="checkpoint: ours, or dlshogi's (trainer .pth, state dict, npz)")
     parser.add_argument("out", help="ONNX file to write")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET)
     parser.add_argument("--fp16", action="store_true", help="FP16 weights and I/O; value head stays FP32")
     parser.add_argument("--no-verify", action="store_true", help="skip the comparison with PyTorch")
     parser.add_argument("--positions", type=int, default=64, help="positions compared (default 64)")
     parser.add_argument("--tolerance", type=float, default=None, help="default 1e-3, 3e-2 with --fp16")
+    parser.add_argument("--activation", choices=("relu", "swish"), help="of a dlshogi checkpoint")
     args = parser.parse_args(argv)
     if args.positions < 1:
         raise UserError("--positions must be >= 1")
     report = export_onnx(
-        args.checkpoint, args.out, args.opset, args.fp16, not args.no_verify, args.positions, args.tolerance
+        args.checkpoint,
+        args.out,
+        args.opset,
+        args.fp16,
+        not args.no_verify,
+        args.positions,
+        args.tolerance,
+        args.activation,
     )
     print(report)
     if not report.ok:

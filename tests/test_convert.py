@@ -14,6 +14,7 @@ from cshogi.dlshogi import make_move_label
 from engine import records as R
 from engine.errors import UserError
 from train import convert
+from train.csa import parse_csa
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -151,6 +152,33 @@ def test_csa_illegal_move_keeps_moves_before_it(tmp_path: Path):
     assert hcpe_sfens(tmp_path / "o.hcpe") == replay(moves[:6])
 
 
+def test_csa_position_block_hands_drops_and_windows_text(tmp_path: Path):
+    empty = " * " * 9
+    rows = [
+        "P1-KY-KE-GI-KI-OU-KI-GI-KE-KY",
+        "P2 * -HI *  *  *  *  * -KA * ",
+        "P3" + "-FU" * 9,
+        "P4" + empty,
+        "P5" + empty,
+        "P6" + empty,
+        "P7+FU+FU * +FU+FU+FU+FU+FU+FU",  # Black's 7g pawn is in hand
+        "P8 * +KA *  *  *  *  * +HI * ",
+        "P9+KY+KE+GI+KI+OU+KI+GI+KE+KY",
+    ]
+    text = "\n".join(["V2.2", *rows, "P+00FU", "+", "+0075FU,T3", "'** 120", "-3334FU", "%TORYO", ""])
+    (record,) = parse_csa(text)
+    assert record.sfen == "lnsgkgsnl/1r5b1/ppppppppp/9/9/9/PP1PPPPPP/1B5R1/LNSGKGSNL b P 1"
+    board = cshogi.Board(record.sfen)
+    drop = board.move_from_usi("P*7e")
+    board.push(drop)
+    assert record.moves == [drop, board.move_from_usi("3c3d")]
+    assert record.scores == [120, 0] and record.win == cshogi.WHITE_WIN  # Black, to move, resigned
+    moves = random_moves(12, 9)
+    (tmp_path / "w.csa").write_bytes(b"\xef\xbb\xbf" + csa_text(moves).replace("\n", "\r\n").encode())
+    counts = convert.csa_to_hcpe([tmp_path / "w.csa"], tmp_path / "o.hcpe")  # a BOM and CRLF lines
+    assert (counts["games"], counts["positions"]) == (1, 9)
+
+
 def test_csa_broken_files_in_mixed_folder(tmp_path: Path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "good.csa").write_text(csa_text(random_moves(8, 10)))
@@ -161,9 +189,8 @@ def test_csa_broken_files_in_mixed_folder(tmp_path: Path):
     with pytest.warns(UserWarning) as caught:
         counts = convert.csa_to_hcpe([tmp_path], tmp_path / "o.hcpe")
     messages = " | ".join(str(w.message) for w in caught)
-    assert (
-        "garbage.csa: not a CSA record" in messages and "empty.csa: game 0 has no start position" in messages
-    )
+    assert "garbage.csa: game 0 is damaged or not CSA (line 1: unexpected 'this is not')" in messages
+    assert "empty.csa: game 0 has no start position" in messages
     assert counts["files"] == 4 and counts["games"] == 1 and counts["skipped: unfinished"] == 1
     with pytest.warns(UserWarning), pytest.raises(UserError, match="no games passed the filters"):
         convert.csa_to_hcpe([tmp_path / "garbage.csa"], tmp_path / "none.hcpe")

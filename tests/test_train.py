@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import subprocess
@@ -6,6 +7,7 @@ import sys
 import pytest
 import torch
 
+from engine.errors import UserError
 from engine.network import load_model, read_checkpoint
 from train import synthetic
 from train.plot import read_metrics
@@ -105,6 +107,35 @@ def test_resume_is_exact(data, tmp_path):
     assert len(list((tmp_path / "part" / "cache").glob("*.cache"))) == 1  # built once, reused on resume
 
 
+def test_resume_after_a_kill_logs_each_step_once(data, tmp_path):
+    """A kill after checkpoint 4 loses the steps after it; the resumed run logs them again, once."""
+    out = tmp_path / "run"
+    cfg = quick(out, [data / "small.data"], batch_size=50, epochs=2, log_interval=2, checkpoint_interval=4)
+    train(dataclasses.replace(cfg, stop_after_steps=4))
+    at_4 = (out / "checkpoint.pt").read_bytes()
+    train(TrainConfig(out=str(out), resume=True, workers=0, progress=False, stop_after_steps=3))
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [2, 4, 6]
+    (out / "checkpoint.pt").write_bytes(at_4)  # as if killed at step 7: the last checkpoint is step 4's
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write('{"step": 7, "lo')  # and the kill cut a row short
+    summary = train(TrainConfig(out=str(out), resume=True, workers=0, progress=False))
+    assert summary["finished"] and summary["steps"] == 16
+    # the run's intervals hold on resume (the defaults, 100 and 1000, are not taken from this call)
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == list(range(2, 17, 2))
+    saved = read_checkpoint(out / "checkpoint.pt")["train_config"]
+    assert (saved["log_interval"], saved["checkpoint_interval"]) == (2, 4)
+
+
+def test_out_must_be_a_writable_directory(data, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for out, needle in [("afile", "is a file, not a directory"), ("afile/run", "afile is a file")]:
+        with pytest.raises(UserError, match=needle):
+            train(quick(tmp_path / out, [data / "small.data"], batch_size=50))
+    with pytest.raises(UserError, match="fewer than one batch"):
+        train(quick(tmp_path / "new" / "run", [data / "small.data"], batch_size=1000))
+    assert not (tmp_path / "new").exists()
+
+
 def test_lr_schedules():
     cfg = TrainConfig(warmup_steps=10, schedule="cosine", min_lr_ratio=0.1)
     assert lr_factor(0, cfg, 110, 11) == pytest.approx(0.1)
@@ -153,19 +184,29 @@ def test_torchrun_two_processes_match_one(data, tmp_path):
 def test_cli_errors_are_one_line(data, tmp_path):
     corrupt = tmp_path / "bad.hcpe"
     corrupt.write_bytes(os.urandom(38 * 50))
+    tiny = ["--network", "tiny"]
     cases = [
-        (["--data", tmp_path / "nope.hcpe"], "no such file"),
-        (["--data", corrupt], "bad.hcpe"),
-        (["--data", data / "test.hcpe", "--batch-size", 100000], "fewer than one batch"),
+        (["--data", tmp_path / "nope.hcpe", *tiny], "no such file"),
+        (["--data", corrupt, *tiny], "bad.hcpe"),
+        (["--data", data / "test.hcpe", "--batch-size", 100000, *tiny], "fewer than one batch"),
         (["--data", data / "test.hcpe", "--init", tmp_path / "missing.pt"], "missing.pt"),
-        (["--data", data / "test.hcpe", "--test", corrupt], "bad.hcpe"),
+        (["--data", data / "test.hcpe", "--test", corrupt, *tiny], "bad.hcpe"),
+        (
+            ["--data", data / "test.hcpe", "--init", data / "any.pt", "--network", "small"],
+            "conflicts with --init",
+        ),
     ]
     for args, needle in cases:
-        r = run_cli(*args, "--out", tmp_path / "run", "--network", "tiny", "--workers", 0, "--no-progress")
+        r = run_cli(*args, "--out", tmp_path / "run", "--workers", 0, "--no-progress")
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr
         last = r.stderr.strip().splitlines()[-1]
         assert last.startswith("train: error:") and needle in last, r.stderr
+    assert not (tmp_path / "run").exists()  # a run that fails on its inputs leaves no empty folder behind
+    r = run_cli("--data", data / "test.hcpe", *tiny, "--out", corrupt / "run")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"train: error: --out {corrupt / 'run'}: cannot be created: {corrupt} is a file, not a directory"
+    )
     r = run_cli("--out", tmp_path / "fresh")
     assert r.returncode == 2 and "no --data" in r.stderr
     r = run_cli("--data", data / "test.hcpe")

@@ -95,6 +95,7 @@ def test_build_engine_cli_without_tensorrt(repo, tmp_path):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "TensorRT is not installed" in lines[0] and "Traceback" not in result.stderr
+    assert "--backend" not in lines[0]  # build_engine.py has no such option
 
 
 needs_trt = pytest.mark.skipif(

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import cshogi
 import numpy as np
-from cshogi import Parser
 from cshogi.dlshogi import make_move_label
 from tqdm import tqdm
 
@@ -36,14 +35,17 @@ from engine.records import (
     Hcpe3Cache,
     Hcpe3Game,
     build_hcpe3_cache,
+    check_hcpe3,
     detect_format,
     is_valid_hcp,
     iter_hcpe3_games,
     iter_hcpe3_positions,
     read_data,
     read_hcpe,
+    usable_files,
     write_hcpe3_games,
 )
+from train.csa import CsaRecord, parse_csa
 
 PathLike = str | os.PathLike
 
@@ -56,7 +58,7 @@ REASON_BITS = {
 }
 REASON_NAMES = {"sennichite": RESULT_SENNICHITE, "nyugyoku": RESULT_NYUGYOKU, "max moves": RESULT_MAX_MOVES}
 # Games with these endings have no result to learn from.
-UNFINISHED = {"", "%CHUDAN"}
+UNFINISHED = {"%CHUDAN", "%ERROR"}
 
 
 def expand_inputs(inputs: Iterable[PathLike], suffixes: tuple[str, ...], kind: str) -> list[Path]:
@@ -92,58 +94,57 @@ class CsaGame:
     result: int  # GameResult | reason bits
 
 
-def _read_csa(path: Path) -> list[Parser] | None:
-    """Parse a (possibly multi-game) CSA file; None with a warning if it is not CSA."""
+def _read_csa(path: Path) -> list[CsaRecord]:
+    """The games of a (possibly multi-game) CSA file."""
     raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a BOM, as Windows tools write it, is not part of the record
     except UnicodeDecodeError:
         text = raw.decode("cp932", errors="replace")  # floodgate's older records are Shift_JIS
-    try:
-        return Parser.parse_str(text.replace("\r\n", "\n"))
-    except ValueError as e:
-        warnings.warn(f"{path}: not a CSA record ({e}); skipped", stacklevel=2)
-        return None
+    return parse_csa(text)
 
 
 def _csa_game(
-    path: Path, index: int, parser: Parser, counts: Counter, min_rating: float | None
+    index: int, record: CsaRecord, counts: Counter, min_rating: float | None, problems: list[str]
 ) -> CsaGame | None:
-    if not parser.sfen:
-        warnings.warn(f"{path}: game {index} has no start position; skipped", stacklevel=3)
+    """The game to keep from one record, or None; why a damaged game was skipped goes to `problems`."""
+    if record.damage:
+        problems.append(f"game {index} is damaged or not CSA ({record.damage}); skipped")
+        counts["skipped: damaged"] += 1
+        return None
+    if not record.sfen:
+        problems.append(f"game {index} has no start position; skipped")
         counts["skipped: no position"] += 1
         return None
-    if parser.endgame in UNFINISHED:
+    if not record.endgame:
+        problems.append(f"game {index} has no end line (cut off?); skipped")
+        counts["skipped: no end"] += 1
+        return None
+    if record.endgame in UNFINISHED:
         counts["skipped: unfinished"] += 1
         return None
     if min_rating is not None:
-        ratings = parser.ratings
-        if min(ratings) <= 0 or min(ratings) < min_rating:  # cshogi reports a missing rating as 0
+        if min(record.ratings) <= 0 or min(record.ratings) < min_rating:  # a missing rating reads as 0
             counts["skipped: rating"] += 1
             return None
-    board = cshogi.Board(parser.sfen)
+    board = cshogi.Board(record.sfen)
     hcp = np.empty(32, np.uint8)
     board.to_hcp(hcp)
     if not is_valid_hcp(hcp):
-        warnings.warn(
-            f"{path}: game {index} starts from a position hcp cannot hold (handicap?); skipped", stacklevel=3
-        )
+        problems.append(f"game {index} starts from a position hcp cannot hold (handicap?); skipped")
         counts["skipped: start position"] += 1
         return None
-    moves: list[int] = []
+    if record.illegal_ply is not None:
+        problems.append(
+            f"game {index}: illegal move at ply {record.illegal_ply}; keeping the moves before it"
+        )
+        counts["truncated: illegal move"] += 1
     evals: list[int] = []
-    for ply, (move, score) in enumerate(zip(parser.moves, parser.scores, strict=False)):
-        if move == 0 or not board.is_legal(move):
-            warnings.warn(
-                f"{path}: game {index}: illegal move at ply {ply}; keeping the moves before it", stacklevel=3
-            )
-            counts["truncated: illegal move"] += 1
-            break
-        score = max(-32767, min(32767, int(score)))
+    for move, score in zip(record.moves, record.scores, strict=True):
+        score = max(-32767, min(32767, score))
         evals.append(score if board.turn == cshogi.BLACK else -score)
-        moves.append(move)
         board.push(move)
-    return CsaGame(hcp, moves, evals, int(parser.win) | REASON_BITS.get(parser.endgame, 0))
+    return CsaGame(hcp, list(record.moves), evals, record.win | REASON_BITS.get(record.endgame, 0))
 
 
 def iter_csa_games(
@@ -153,16 +154,14 @@ def iter_csa_games(
     counts: Counter | None = None,
 ) -> Iterator[CsaGame]:
     """Every game of the CSA inputs that passes the filters (both players rated >= min_rating; at least
-    min_moves legal moves); `counts` collects what was kept and skipped, and why."""
+    min_moves legal moves); `counts` collects what was kept and skipped, and why. The games of a damaged
+    file that can be read are kept; one warning line names the file and what was skipped."""
     counts = Counter() if counts is None else counts
     for path in tqdm(expand_inputs(inputs, (".csa",), "CSA"), desc="CSA files", unit="file"):
         counts["files"] += 1
-        parsers = _read_csa(path)
-        if parsers is None:
-            counts["skipped: not CSA"] += 1
-            continue
-        for index, parser in enumerate(parsers):
-            game = _csa_game(path, index, parser, counts, min_rating)
+        problems: list[str] = []
+        for index, record in enumerate(_read_csa(path)):
+            game = _csa_game(index, record, counts, min_rating, problems)
             if game is None:
                 continue
             if min_moves is not None and len(game.moves) < min_moves:
@@ -171,6 +170,8 @@ def iter_csa_games(
             counts["games"] += 1
             counts["positions"] += len(game.moves)
             yield game
+        if problems:
+            warnings.warn(f"{path}: {'; '.join(problems)}", stacklevel=2)
 
 
 def _nothing_written(counts: Counter) -> UserError:
@@ -233,7 +234,7 @@ def hcpe3_to_hcpe(inputs: Iterable[PathLike], out: PathLike) -> Counter:
     is lost and the played move becomes bestMove16."""
     counts: Counter = Counter()
     with atomic_write(out, "wb") as f:
-        for path in expand_inputs(inputs, (".hcpe3",), "hcpe3"):
+        for path in usable_files(expand_inputs(inputs, (".hcpe3",), "hcpe3"), check_hcpe3, "hcpe3"):
             for game in _hcpe3_records(path, counts):
                 f.write(game.tobytes())
         if not counts["positions"]:
@@ -339,11 +340,7 @@ def _data_games(path: Path, counts: Counter) -> Iterator[Hcpe3Game]:
             if game is not None:
                 yield game.to_hcpe3()
                 game = None
-            if not is_valid_hcp(hcp):
-                warnings.warn(f"{path}: record {i} does not hold a valid position; skipped", stacklevel=2)
-                counts["skipped: bad position"] += 1
-                continue
-            board.set_hcp(hcp)
+            board.set_hcp(hcp)  # read_data has checked every position
             game = _DataGame(hcp, result)
         moves, cands = _policy_candidates(board, rec["policy"])
         if not moves:  # a final position (mate): nothing to learn, and nothing can follow it
@@ -364,7 +361,7 @@ def data_to_hcpe3(inputs: Iterable[PathLike], out: PathLike) -> Counter:
     counts: Counter = Counter()
 
     def games() -> Iterator[Hcpe3Game]:
-        for path in expand_inputs(inputs, (".data",), "data"):
+        for path in usable_files(expand_inputs(inputs, (".data",), "data"), read_data, ".data"):
             for game in _data_games(path, counts):
                 counts["games"] += 1
                 yield game
@@ -408,8 +405,7 @@ def stats(inputs: Iterable[PathLike]) -> dict[str, float]:
     suffixes = (".hcpe3", ".hcpe", ".data", ".cache", ".hcpe3cache")
     counts: Counter = Counter()
     lengths: list[int] = []
-    for path in expand_inputs(inputs, suffixes, "record"):
-        fmt = detect_format(path)
+    for path, fmt in usable_files(expand_inputs(inputs, suffixes, "record"), detect_format, "record").items():
         counts["files"] += 1
         if fmt == "hcpe3":
             _hcpe3_stats(path, counts, lengths)

@@ -359,10 +359,10 @@ def hcpe3_cache_for(
 
 
 def plan_sources(files: Sequence[Path]) -> tuple[list[tuple[str, Path]], list[Path]]:
-    """(format, file) for directly readable files, and the hcpe3 files that need a cache."""
+    """(format, file) for directly readable files, and the hcpe3 files that need a cache; an empty or
+    damaged file is skipped with a warning (records.usable_files)."""
     direct, hcpe3 = [], []
-    for p in files:
-        fmt = records.detect_format(p)
+    for p, fmt in records.usable_files(files, records.detect_format, "record").items():
         (hcpe3 if fmt == "hcpe3" else direct).append((fmt, p))
     return direct, [p for _, p in hcpe3]
 

@@ -32,11 +32,12 @@ from tqdm import tqdm
 
 from engine.errors import UserError
 from engine.features import FEATURES2_NUM, FEATURES2_NYUGYOKU_NUM, ensure_features2
+from engine.fileio import atomic_write_text, check_output_dir
 from engine.network import (
-    NetworkConfig,
     PolicyValueNetwork,
     build,
     load_model,
+    network_from_payload,
     preset,
     read_checkpoint,
     save_checkpoint,
@@ -59,14 +60,13 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "step", "constant")
 AMP_MODES = ("auto", "off", "fp16", "bf16")
 DEFAULT_LR = {"sgd": 0.1, "adam": 1e-3, "adamw": 1e-3}
-# Settings a resumed run may change; everything else comes from the run's saved config.
+# Settings a resumed run may change; everything else comes from the run's saved config (the log and
+# checkpoint intervals too: they decide which steps the metrics and checkpoints of the run fall on).
 RUNTIME_FIELDS = (
     "workers",
     "device",
     "stop_after_steps",
-    "log_interval",
     "eval_interval",
-    "checkpoint_interval",
     "plot_interval",
     "tensorboard",
     "progress",
@@ -80,6 +80,7 @@ class TrainConfig:
     network: str = "small"
     nyugyoku_features: bool = False  # input2 with 119 planes
     init: str | None = None  # start from these weights (architecture from the checkpoint)
+    activation: str | None = None  # relu|swish: of a new net, or of a dlshogi --init that does not say
     resume: bool = False  # continue RUN_DIR/checkpoint.pt
     epochs: int = 1
     batch_size: int = 1024  # global batch (all ranks, all accumulation steps)
@@ -275,10 +276,11 @@ def _in_main_thread() -> bool:
 def make_network(cfg: TrainConfig, log: Callable[[str], None]) -> PolicyValueNetwork:
     planes2 = FEATURES2_NYUGYOKU_NUM if cfg.nyugyoku_features else FEATURES2_NUM
     if cfg.init:
-        net = load_model(cfg.init)
+        net = load_model(cfg.init, cfg.activation)
         log(f"initial weights from {cfg.init} ({net.config})")
         return net.train()
-    return build(preset(cfg.network, input2=planes2), seed=cfg.seed).train()
+    act = {"activation": cfg.activation} if cfg.activation else {}
+    return build(preset(cfg.network, input2=planes2, **act), seed=cfg.seed).train()
 
 
 def make_optimizer(net: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -318,6 +320,10 @@ def resumed_config(cfg: TrainConfig, payload: dict[str, Any], log: Callable[[str
     for name in (*RUNTIME_FIELDS, "out"):
         setattr(merged, name, getattr(cfg, name))
     merged.resume = True
+    for name in ("log_interval", "checkpoint_interval"):
+        given, kept = getattr(cfg, name), getattr(merged, name)
+        if given != kept and given != getattr(TrainConfig, name):
+            log(f"note: --resume keeps the run's --{name.replace('_', '-')} {kept}; {given} is ignored")
     if cfg.data and [str(p) for p in cfg.data] != list(saved.get("data", [])):
         log("note: --resume uses the run's saved data files; the --data given now is ignored")
     return merged
@@ -343,6 +349,21 @@ class MetricsLog:
             except ImportError:
                 raise UserError("--tensorboard: the tensorboard package is not installed") from None
             self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def drop_after(self, step: int) -> None:
+        """Keep only the rows up to `step` (a resumed run's checkpoint): the rows logged after it are
+        logged again by the resumed run. A row cut off by a kill goes too. Rewritten atomically."""
+        if not (self.enabled and self.jsonl.exists()):
+            return
+        kept = []
+        for line in self.jsonl.read_text().splitlines(keepends=True):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if line.endswith("\n") and isinstance(row, dict) and row.get("step", step + 1) <= step:
+                kept.append(line)
+        atomic_write_text(self.jsonl, "".join(kept))
 
     def write(self, row: dict[str, Any], plot: bool = False) -> None:
         if not self.enabled:
@@ -473,9 +494,9 @@ def _all_sum(t: torch.Tensor, d: Dist) -> torch.Tensor:
 def train(config: TrainConfig) -> dict[str, Any]:
     """Train as configured; returns a summary (steps, last losses, last test metrics, paths)."""
     validate(config)
+    run_dir = check_output_dir(config.out, "--out")  # created once the inputs are known to be good
     d = init_distributed(config.device)
     log = _log_main(d)
-    run_dir = Path(config.out)
     ckpt_path = run_dir / "checkpoint.pt"
     payload: dict[str, Any] | None = None
     if config.resume:
@@ -495,14 +516,10 @@ def train(config: TrainConfig) -> dict[str, Any]:
         torch.use_deterministic_algorithms(True)
     device = pick_device(cfg.device, d)
     dtype = amp_dtype(cfg.amp, device)
-    if d.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
 
     net = make_network(cfg, log)
     if payload is not None:
-        net = PolicyValueNetwork(NetworkConfig(**payload["config"]))
-        net.load_state_dict(payload["model"])
-        net.train()
+        net = network_from_payload(payload, ckpt_path).train()
     ensure_features2(net.config.input2)
     cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else run_dir / "cache"
     direct, caches = _prepare_sources(files, cache_dir, cfg, d, log)
@@ -565,7 +582,11 @@ def train(config: TrainConfig) -> dict[str, Any]:
             files=[str(p) for p in files],
         )
 
+    if d.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
     metrics = MetricsLog(run_dir, d.main, cfg.tensorboard, cfg.plot_interval)
+    if payload is not None:
+        metrics.drop_after(step)
     last_test: dict[str, float] = {}
 
     def run_eval() -> None:
