@@ -76,17 +76,35 @@ class Platform:
     cpu_prefers: str = CPU_PREFERS
 
 
+def _cuda_driver_present() -> bool:
+    """Whether NVIDIA's driver library loads: without it there is no CUDA, and torch (seconds to import)
+    need not be asked."""
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll", "libcuda.dylib"):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
+
+
 def probe_platform(device: str | None = None) -> Platform:
     """A device of 'cpu' rules out the GPU paths whatever is installed."""
     import importlib.util
 
-    import torch
-
     from engine.backend_onnx import available_providers
 
-    cuda = torch.cuda.is_available() and not (device or "").startswith("cpu")
+    cuda = not (device or "").startswith("cpu") and _cuda_driver_present() and _torch_sees_cuda()
     tensorrt = cuda and importlib.util.find_spec("tensorrt") is not None
     return Platform(cuda=cuda, tensorrt=tensorrt, ort_providers=tuple(available_providers()))
+
+
+def _torch_sees_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @dataclass(frozen=True)
@@ -148,12 +166,15 @@ def create_evaluator(
     cuda_graphs: bool = False,
     engine_dir: str | os.PathLike | None = None,
     platform: Platform | None = None,
+    activation: str | None = None,
 ) -> Evaluator:
     """Build the evaluator for `model` (.pt, .onnx or TensorRT engine; None = shipped default, else a
     random-init 'small' net) and log the choice once as `info string backend ...`.
 
     threads: CPU intra-op threads; fp16: None = on for GPUs; cuda_graphs: torch CUDA only;
-    engine_dir: cache for exported ONNX and built engines (default: default_cache_dir())."""
+    engine_dir: cache for exported ONNX and built engines (default: default_cache_dir());
+    activation: relu|swish for a dlshogi checkpoint/npz that does not say (None/'auto': from the file)."""
+    activation = None if activation in (None, "auto") else activation
     path = Path(model) if model is not None else default_model_path()
     if path is not None and not path.is_file():
         raise UserError(f"{path}: model not found")
@@ -167,15 +188,15 @@ def create_evaluator(
         else "no model given and none shipped: random-init 'small' (seed 0)"
     )
     cache = Path(engine_dir) if engine_dir is not None else None
-    ev = _build(choice, path, max_batch, device, threads, fp16, cuda_graphs, cache, log)
+    ev = _build(choice, path, max_batch, device, threads, fp16, cuda_graphs, cache, log, activation)
     log(f"info string backend {ev.name}: {choice.why}; {source}")
     return ev
 
 
-def _network(path: Path | None):
+def _network(path: Path | None, activation: str | None):
     from engine.network import build, load_model, preset
 
-    return build(preset("small"), seed=0) if path is None else load_model(path)
+    return build(preset("small"), seed=0) if path is None else load_model(path, activation)
 
 
 def _build(
@@ -188,6 +209,7 @@ def _build(
     cuda_graphs: bool,
     cache: Path | None,
     log: Callable[[str], None],
+    activation: str | None,
 ) -> Evaluator:
     kind = model_kind(path)
     if choice.backend == "torch":
@@ -195,15 +217,17 @@ def _build(
 
         dev = device if device and device.startswith(choice.device) else choice.device
         return TorchEvaluator(
-            _network(path), max_batch, dev, fp16=fp16, cuda_graphs=cuda_graphs, threads=threads
+            _network(path, activation), max_batch, dev, fp16=fp16, cuda_graphs=cuda_graphs, threads=threads
         )
     if choice.backend == "onnx":
         from engine.backend_onnx import OnnxEvaluator
-        from engine.onnx_model import cached_onnx
 
-        onnx_path = (
-            path if kind == "onnx" else cached_onnx(_network(path), path, cache or default_cache_dir())
-        )
+        if kind == "onnx":
+            onnx_path = path  # no torch: an ONNX model runs on onnxruntime alone
+        else:
+            from engine.onnx_model import cached_onnx
+
+            onnx_path = cached_onnx(_network(path, activation), path, cache or default_cache_dir())
         return OnnxEvaluator(onnx_path, max_batch, threads=threads, providers=list(choice.providers))
     from engine.backend_trt import TrtEvaluator
     from engine.trt_engine import build_cached_engine, has_fp16_flag, import_tensorrt
@@ -219,7 +243,7 @@ def _build(
         from engine.onnx_model import cached_onnx
 
         typed16 = precision == "fp16" and not has_fp16_flag(import_tensorrt())
-        onnx_path = cached_onnx(_network(path), path, cache, fp16=typed16)
+        onnx_path = cached_onnx(_network(path, activation), path, cache, fp16=typed16)
     engine = build_cached_engine(
         onnx_path, cache, max_batch=max_batch, precision=precision, log=lambda m: log(f"info string {m}")
     )

@@ -1,8 +1,10 @@
 """How long to think: pure functions from a `go` command's clock to a soft target and a hard limit.
 
-The hard limit never exceeds what the clock allows for this move (time left + byoyomi + increment,
-less the safety margin); the soft target is what we aim for, and the search may stop earlier once
-the best move cannot change. All times are milliseconds.
+The hard limit never exceeds what the clock allows for this move (time left + byoyomi, less the
+safety margin); the soft target is what we aim for, and the search may stop earlier once the best
+move cannot change. A Fischer increment is added by the GUI only after the move, so it is never
+spent in advance: it only makes the target more generous when there is time left to cover it. All
+times are milliseconds.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 MIN_THINK_MS = 10  # even with nothing left we must spend a little to produce a move
 DEFAULT_MOVE_HORIZON = 40  # sudden death: plan as if this many of our moves remain (at least)
 MAX_GAME_PLY = 320  # beyond this the horizon stops shrinking
+ROOT_MATE_SHARE = 0.25  # of the time left to the hard limit, for the df-pn search before the tree search
 
 
 @dataclass(frozen=True)
@@ -36,10 +39,11 @@ def moves_to_go(ply: int) -> int:
 
 
 def hard_limit(clock: Clock, byoyomi_margin: int, time_margin: int) -> int:
-    """The most this move may take: everything available minus the margin (byoyomi margin when the
-    clock has byoyomi, else the time margin), but if the margin would eat more than half of what is
-    available, half of it (a tiny clock still gets a move in time)."""
-    available = max(clock.remaining, 0) + max(clock.byoyomi, 0) + max(clock.increment, 0)
+    """The most this move may take: everything available now (time left + byoyomi; not the increment,
+    which comes after the move) minus the margin (byoyomi margin when the clock has byoyomi, else the
+    time margin), but if the margin would eat more than half of that, half of it (a tiny clock still
+    gets a move in time)."""
+    available = max(clock.remaining, 0) + max(clock.byoyomi, 0)
     margin = byoyomi_margin if clock.byoyomi > 0 else time_margin
     limit = available - max(margin, 0)
     return max(MIN_THINK_MS, min(available, max(limit, available // 2)))
@@ -56,6 +60,11 @@ def budget(clock: Clock, ply: int, byoyomi_margin: int = 0, time_margin: int = 0
         # byoyomi is lost if unused: always use it fully (minus the margin).
         target = max(target, clock.byoyomi - byoyomi_margin)
     return Budget(target_ms=max(MIN_THINK_MS, min(target, hard)), hard_ms=hard)
+
+
+def root_mate_ms(left_ms: float) -> float:
+    """How much of the `left_ms` until the hard limit the root mate search may use."""
+    return max(left_ms, 0.0) * ROOT_MATE_SHARE
 
 
 def can_stop_early(best_visits: int, second_visits: int, remaining_playouts: float) -> bool:

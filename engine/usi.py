@@ -3,7 +3,13 @@
 The stdin reader (`UsiEngine.run`) never blocks on thinking: `go` starts a background thread and
 stop / ponderhit / isready / quit are answered while it runs. Whatever goes wrong inside the thread
 is reported as `info string error: ...` and still answered with a legal `bestmove`, so a GUI never
-sees a crash or a time loss. Bad commands get an `info string error:` line and change nothing.
+sees a crash or a time loss. Bad commands get an `info string error:` line and change nothing, with
+two exceptions a GUI depends on: a `go` with a bad argument still searches with what it could parse
+(`info string warning:` for the rest), and after a rejected `position` the next `go` answers
+`bestmove resign` (the engine does not know the position, and the last one may be the other side's).
+
+Mate searches (df-pn) run in a child process (engine/mate.py) with a wall-clock deadline, so `stop`,
+`quit` and the move's time limit are kept while they run.
 
 A model that fails to load is reported at `isready` (`info string error: <path>: ...`) and the
 engine still answers `readyok` (a GUI that gets no readyok hangs or kills the engine); every later
@@ -13,7 +19,9 @@ working DNN_Model is set.
 
 from __future__ import annotations
 
+import argparse
 import inspect
+import os
 import re
 import sys
 import threading
@@ -22,7 +30,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import cshogi
 import numpy as np
@@ -31,17 +39,16 @@ from engine import timeman
 from engine.backends import BACKENDS, create_evaluator, default_model_path
 from engine.evaluator import Evaluator
 from engine.features import fill_features
-from engine.mate import MAX_DEPTH, MateResult, dfpn, mate_search
+from engine.mate import MAX_DEPTH, MateResult, MateSearcher, mated_in_two
 from engine.moves import legal_moves_and_labels
-from engine.network import value_to_eval
 from engine.position import parse_position
 from engine.puct import SEARCH_MODES, Search, SearchControl, SearchParams, SearchResult, policy_move
+from engine.score import value_to_eval
 
 ENGINE_NAME = "GumbelShogi"
 ENGINE_AUTHOR = "gumbel-shogi developers"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_GO_MS = 1000  # a bare `go` (no clock, no limit) thinks this long
-MATE_SCORE_CP = 32000
 
 
 # ----- options -----
@@ -100,12 +107,15 @@ def default_options() -> list[Option]:
         Option("USI_Ponder", "check", False),
         Option("USI_Hash", "spin", 256, 1, 1 << 20),  # GUIs send it; the tree is bounded by UCT_NodeLimit
         Option("DNN_Model", "filename", str(model) if model else ""),
+        # a dlshogi checkpoint/npz does not record relu or swish; auto: from the file (name), else an error
+        Option("DNN_Activation", "combo", "auto", choices=("auto", "relu", "swish")),
         Option("Backend", "combo", "auto", choices=BACKENDS),
         Option("Threads", "spin", 0, 0, 256),  # CPU inference threads (0: the runtime's default)
         Option("DNN_Batch_Size", "spin", 32, 1, 1024),
         Option("Search_Mode", "combo", "puct", choices=SEARCH_MODES),
         Option("Gumbel_Simulations", "spin", 64, 2, 100000),
         Option("Gumbel_Considered", "spin", 16, 2, 64),
+        Option("Gumbel_Noise", "check", False),  # the root's Gumbel noise (self-play's exploration)
         Option("Policy_Temperature", "spin", 0, 0, 1000),  # percent; 0 = greedy
         Option("C_init", "spin", 144, 0, 500),
         Option("C_base", "spin", 28288, 10000, 100000),
@@ -133,6 +143,7 @@ def default_options() -> list[Option]:
 
 
 _GO_INT = ("btime", "wtime", "binc", "winc", "byoyomi", "nodes", "movetime")
+_GO_WORDS = {*_GO_INT, "infinite", "ponder", "mate"}
 
 
 @dataclass
@@ -156,31 +167,73 @@ class GoCommand:
         return timeman.Clock(remaining=remaining or 0, increment=inc, byoyomi=self.byoyomi)
 
 
-def parse_go(args: list[str]) -> GoCommand:
+def parse_go(args: list[str]) -> tuple[GoCommand, list[str]]:
+    """The `go` command and a warning for each argument it could not use. Nothing raises: the GUI
+    waits for a bestmove whatever it sent, so a bad argument is skipped, never the move."""
     go = GoCommand()
+    warnings = []
     i = 0
     while i < len(args):
         key = args[i]
+        value = args[i + 1] if i + 1 < len(args) and args[i + 1] not in _GO_WORDS else None
+        i += 1 if value is None else 2
         if key in ("infinite", "ponder"):
             setattr(go, key, True)
-            i += 1
+            if value is not None:
+                i -= 1  # not this keyword's value: read it as the next argument
         elif key == "mate":
-            value = args[i + 1] if i + 1 < len(args) else "infinite"
-            if value == "infinite":
+            if value is None or value == "infinite":
                 go.mate = -1
             elif value.isdigit():
                 go.mate = int(value)
             else:
-                raise ValueError(f"go mate needs milliseconds or infinite, got {value!r}")
-            i += 2
+                go.mate = DEFAULT_GO_MS
+                warnings.append(f"go mate needs milliseconds or infinite, got {value!r}: {DEFAULT_GO_MS} ms")
         elif key in _GO_INT:
-            if i + 1 >= len(args) or not args[i + 1].lstrip("-").isdigit():
-                raise ValueError(f"go {key} needs an integer")
-            setattr(go, key, int(args[i + 1]))
-            i += 2
+            if value is not None and value.lstrip("-").isdigit():
+                setattr(go, key, int(value))
+            else:
+                warnings.append(f"go {key} needs an integer, got {value or 'nothing'!r}: ignored")
         else:
-            raise ValueError(f"unknown go parameter {key!r}")
-    return go
+            warnings.append(f"go: unknown parameter {key!r}: ignored")
+            if value is not None:
+                i -= 1
+    return go, warnings
+
+
+def time_budget(go: GoCommand, turn: int, ply: int, byoyomi_margin: int, time_margin: int) -> timeman.Budget:
+    """The plan for a timed `go`: `movetime` as asked, else from the side to move's clock (a bare `go`
+    as if it had DEFAULT_GO_MS of byoyomi); never more than the clock offers now."""
+    if go.movetime is not None:
+        ms = max(go.movetime, timeman.MIN_THINK_MS)
+        return timeman.Budget(ms, ms)
+    clock = go.clock(turn) or timeman.Clock(byoyomi=DEFAULT_GO_MS)
+    return timeman.budget(clock, ply, byoyomi_margin, time_margin)
+
+
+class TimedEvaluator(Evaluator):
+    """The network as the engine's search sees it, timing each call (the slowest recent one, forgotten
+    slowly so a passing load spike does not shorten every later move)."""
+
+    CALL_DECAY = 0.9  # per call
+
+    def __init__(self, inner: Evaluator) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.call_s = 0.0
+        super().__init__(inner.max_batch, inner.input2)
+
+    def _alloc_host(self, shape1: tuple[int, ...], shape2: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        return self.inner.x1, self.inner.x2  # callers fill the wrapped evaluator's rows directly
+
+    def _run(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        start = time.perf_counter()
+        out = self.inner.evaluate(n)
+        self.call_s = max(time.perf_counter() - start, self.call_s * self.CALL_DECAY)
+        return out
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 # ----- the engine -----
@@ -191,9 +244,31 @@ class _Thinking:
     thread: threading.Thread
     control: SearchControl
     go: GoCommand
+    position: tuple[str, list[int]]  # as of the `go`: a later `position` must not change this search
     turn: int
     ply: int
+    rejected: str | None = None  # the last `position` was rejected: we do not know the position
     released: threading.Event = field(default_factory=threading.Event)  # stop / ponderhit arrived
+
+
+@dataclass
+class MateClock:
+    """The root mate search's share of the move's time. While pondering (or in go infinite) there is no
+    deadline; once ponderhit sets the hard limit the share is taken from what is left then."""
+
+    control: SearchControl
+    end: float | None = None
+
+    def deadline(self) -> float | None:
+        c = self.control
+        if self.end is None and c.hard is not None and not c.infinite:
+            now = time.monotonic()
+            self.end = now + timeman.root_mate_ms((c.hard - now) * 1000) / 1000
+        return self.end
+
+    def stopped(self) -> bool:
+        end = self.deadline()
+        return self.control.stopped or (end is not None and time.monotonic() >= end)
 
 
 class UsiEngine:
@@ -204,6 +279,9 @@ class UsiEngine:
         self.options = {o.name: o for o in default_options()}
         self.values: dict[str, Any] = {o.name: o.default for o in self.options.values()}
         self.position: tuple[str, list[int]] = (cshogi.STARTING_SFEN, [])
+        self.position_error: str | None = None  # why the last `position` was rejected
+        self.mate = MateSearcher()
+        self._mate_error: str | None = None  # shown once, not at every move
         self.evaluator: Evaluator | None = None
         self._loaded_key: tuple | None = None
         self.load_error: str | None = None
@@ -240,6 +318,7 @@ class UsiEngine:
             cmd, args = tokens[0], tokens[1:]
             if cmd == "quit":
                 self._stop(wait=True)
+                self.mate.close()
                 return False
             handler = self._handlers().get(cmd)
             if handler is not None:
@@ -269,6 +348,7 @@ class UsiEngine:
         self.send("usiok")
 
     def cmd_isready(self) -> None:
+        self.mate.warm()
         if self.thinking is None or not self.thinking.thread.is_alive():
             self._ensure_evaluator()
         self.send("readyok")
@@ -299,16 +379,17 @@ class UsiEngine:
         try:
             self.position = parse_position(args)
         except ValueError as e:
-            self.error(f"position: {e} (position unchanged)")
+            self.position_error = f"position: {e}"
+            self.error(f"{self.position_error} (the next go resigns)")
+        else:
+            self.position_error = None
 
     def cmd_ponderhit(self) -> None:
         t = self.thinking
         if t is None or not t.go.ponder:
             return
-        now = time.monotonic()
         t.go.ponder = False
-        b = self._budget(t.go, t.turn, t.ply)
-        t.control.target, t.control.hard = now + b.target_ms / 1000, now + b.hard_ms / 1000
+        self._set_deadlines(t.control, self._budget(t.go, t.turn, t.ply), time.monotonic())
         t.control.infinite = t.go.infinite
         t.released.set()
 
@@ -338,6 +419,7 @@ class UsiEngine:
             self.values["Backend"],
             self.values["DNN_Batch_Size"],
             self.values["Threads"],
+            self.values["DNN_Activation"],
         )
         if key == self._loaded_key:
             return self.evaluator
@@ -348,17 +430,23 @@ class UsiEngine:
         if self.values["Threads"] and "threads" in inspect.signature(create_evaluator).parameters:
             kwargs["threads"] = self.values["Threads"]
         try:
-            ev = create_evaluator(key[0], backend=key[1], max_batch=key[2], log=self.info_string, **kwargs)
+            ev = create_evaluator(
+                key[0], backend=key[1], max_batch=key[2], log=self.info_string, activation=key[4], **kwargs
+            )
             ev.evaluate(1)  # warm up: first calls allocate, compile, autotune
             ev.evaluate(ev.max_batch)
+            timed = TimedEvaluator(ev)
+            timed.evaluate(timed.max_batch)  # a first measure of a full batch's time
         except Exception as e:
             self.load_error = f"DNN_Model {key[0] or '(default)'}: {_one_line(e)}"
             self.error(self.load_error)
             return None
         self.load_error = None
-        self.evaluator = ev
-        self.search = Search(ev, self._search_params(), batch_size=key[2])
-        return ev
+        self.evaluator = timed
+        from engine.puct_tree import FastSearch  # numba: loaded (kernels compiled) at isready, after usiok
+
+        self.search = FastSearch(timed, self._search_params(), batch_size=key[2])
+        return timed
 
     def _search_params(self) -> SearchParams:
         v = self.values
@@ -376,40 +464,40 @@ class UsiEngine:
             node_limit=v["UCT_NodeLimit"],
             mode=v["Search_Mode"],
             gumbel_considered=v["Gumbel_Considered"],
+            gumbel_noise=v["Gumbel_Noise"],
         )
 
     # ----- go -----
 
     def _budget(self, go: GoCommand, turn: int, ply: int) -> timeman.Budget:
-        if go.movetime is not None:
-            return timeman.Budget(go.movetime, go.movetime)
-        clock = go.clock(turn) or timeman.Clock(byoyomi=DEFAULT_GO_MS)
-        return timeman.budget(clock, ply, self.values["Byoyomi_Margin"], self.values["Time_Margin"])
+        return time_budget(go, turn, ply, self.values["Byoyomi_Margin"], self.values["Time_Margin"])
+
+    def _set_deadlines(self, control: SearchControl, plan: timeman.Budget, now: float) -> None:
+        """The plan as deadlines from `now`, each one network call early: the search looks at the clock
+        only between calls, so a call begun just before a deadline must still end before it."""
+        reserve = self.evaluator.call_s if isinstance(self.evaluator, TimedEvaluator) else 0.0
+        control.target = now + max(plan.target_ms / 1000 - reserve, 0.0)
+        control.hard = now + max(plan.hard_ms / 1000 - reserve, 0.0)
 
     def cmd_go(self, args: list[str]) -> None:
-        try:
-            go = parse_go(args)
-        except ValueError as e:
-            self.error(f"go: {e}")
-            return
+        go, warnings = parse_go(args)
+        for w in warnings:
+            self.send(f"info string warning: {w}")
         self._stop(wait=True)
-        sfen, moves = self.position
-        board = cshogi.Board(sfen)
-        for m in moves:
-            board.push(m)
+        board = self._root_board()
         control = SearchControl()
         if go.mate is None:
             if go.ponder or go.infinite:
                 control.infinite = True
             elif go.nodes is None or go.clock(board.turn) is not None or go.movetime is not None:
-                b = self._budget(go, board.turn, board.move_number)
-                control.target = control.start + b.target_ms / 1000
-                control.hard = control.start + b.hard_ms / 1000
+                self._set_deadlines(control, self._budget(go, board.turn, board.move_number), control.start)
         playouts = go.nodes or self.values["Const_Playout"] or None
         control.max_playouts = playouts
         target = self._go_mate if go.mate is not None else self._think
         thread = threading.Thread(target=target, name="search", daemon=True)
-        self.thinking = _Thinking(thread, control, go, board.turn, board.move_number)
+        self.thinking = _Thinking(
+            thread, control, go, self.position, board.turn, board.move_number, self.position_error
+        )
         thread.start()
 
     def _wait_release(self, t: _Thinking) -> None:
@@ -419,25 +507,28 @@ class UsiEngine:
             t.released.clear()
 
     def _go_mate(self) -> None:
+        """`go mate`: df-pn for the side to move (in check too: cshogi's df-pn then tries the evasions
+        that give check), until mate is proven or disproven, the time is up, or `stop`."""
         t = self.thinking
+        if t.rejected:
+            self.error(f"{t.rejected}; no mate search")
+            self.send("checkmate timeout")
+            return
         try:
-            board = self._root_board()
             deadline = None if t.go.mate < 0 else t.control.start + t.go.mate / 1000
-            if board.is_check():
-                result = MateResult(None, proven_none=True)  # df-pn solves mates for the attacker only
-            else:
-                depth = self.values["Mate_Root_Search"] or MAX_DEPTH
-                result = mate_search(board, depth, deadline, lambda: t.control.stopped)
+            depth = self.values["Mate_Root_Search"] or MAX_DEPTH
+            result = self.mate.search(*t.position, depth, deadline, lambda: t.control.stopped)
         except Exception as e:
             self._report_exception(e)
             result = MateResult(None)
+        self._report_mate_error(result)
         if result.pv:
             self.send("checkmate " + " ".join(cshogi.move_to_usi(m) for m in result.pv))
         else:
             self.send("checkmate nomate" if result.proven_none else "checkmate timeout")
 
-    def _root_board(self) -> cshogi.Board:
-        sfen, moves = self.position
+    def _root_board(self, position: tuple[str, list[int]] | None = None) -> cshogi.Board:
+        sfen, moves = position or self.position
         board = cshogi.Board(sfen)
         for m in moves:
             board.push(m)
@@ -445,10 +536,13 @@ class UsiEngine:
 
     def _think(self) -> None:
         t = self.thinking
-        board = self._root_board()
-        sfen, moves = self.position
+        board = self._root_board(t.position)
         try:
-            answer = self._decide(t, board, sfen, moves)
+            if t.rejected:
+                self.error(f"{t.rejected}; resigning rather than playing a move for another position")
+                answer = "bestmove resign"
+            else:
+                answer = self._decide(t, board, *t.position)
         except Exception as e:
             self._report_exception(e)
             answer = _safe_move(board)
@@ -466,12 +560,17 @@ class UsiEngine:
             return "bestmove resign"
         if board.is_nyugyoku():
             return "bestmove win"
-        mate = self._root_mate(t, board)
+        clock = MateClock(t.control)
+        mate = self._root_mate(t, board, clock)
         if mate is not None:
-            self.send(
-                f"info depth {len(mate)} score mate {len(mate)} pv " + " ".join(map(cshogi.move_to_usi, mate))
-            )
+            self._send_mate_line(mate, len(mate))
             return self._bestmove(mate[0], mate[1] if len(mate) > 1 else None)
+        mated = self._mated_line(t, board, clock)
+        if mated is not None:
+            self._send_mate_line(mated, -len(mated))
+            if self.values["Resign_Threshold"] > 0:
+                return "bestmove resign"
+            return self._bestmove(mated[0], mated[1] if len(mated) > 1 else None)
         ev = self._ensure_evaluator()
         if ev is None:
             self.error(f"{self.load_error}; playing the first legal move")
@@ -486,26 +585,52 @@ class UsiEngine:
         interval = self.values["PV_Interval"] / 1000
         result = search.run(t.control, on_info=self._send_info, info_interval=interval, rng=self.rng)
         self._send_info(result)
+        self.info_string(f"cache hits {search.cache.hit_rate:.1%}, {len(search.cache)} positions")
         if result.bestmove is None:
             return "bestmove resign"
         if result.mate_plies is None and result.value < self.values["Resign_Threshold"] / 1000:
             return "bestmove resign"
         return self._bestmove(result.bestmove, result.ponder)
 
-    def _root_mate(self, t: _Thinking, board: cshogi.Board) -> list[int] | None:
+    def _root_mate(self, t: _Thinking, board: cshogi.Board, clock: MateClock) -> list[int] | None:
+        """Our mating line, if the 1-ply probe or df-pn (within the mate clock's share) finds one."""
         depth = self.values["Mate_Root_Search"]
-        if depth <= 0 or board.is_check():
+        if depth <= 0:
             return None
-        m1 = board.mate_move_in_1ply()
+        m1 = 0 if board.is_check() else board.mate_move_in_1ply()
         if m1:
             return [m1]
-        nodes = self.values["Mate_Root_Nodes"]
-        if t.control.hard is not None:  # at most a quarter of the move's time
-            left_ms = (t.control.hard - time.monotonic()) * 1000
-            nodes = min(nodes, int(left_ms / 4 * 1000))
-        if nodes < 1000:
+        result = self.mate.search(
+            *t.position, depth, clock.deadline(), clock.stopped, max_nodes=self.values["Mate_Root_Nodes"]
+        )
+        self._report_mate_error(result)
+        return result.pv
+
+    def _mated_line(self, t: _Thinking, board: cshogi.Board, clock: MateClock) -> list[int] | None:
+        """The longest known line in which we are mated: every move allows a mate in one, or (in check)
+        df-pn proves every evasion mated. None when no such proof was found."""
+        depth = self.values["Mate_Root_Search"]
+        if depth <= 0:
             return None
-        return dfpn(board, depth, nodes).pv
+        line = mated_in_two(board)
+        if line is None and board.is_check():
+            result = self.mate.search(
+                *t.position, depth, clock.deadline(), clock.stopped,
+                max_nodes=self.values["Mate_Root_Nodes"], defender=True,
+            )  # fmt: skip
+            self._report_mate_error(result)
+            line = result.pv
+        return line
+
+    def _report_mate_error(self, result: MateResult) -> None:
+        if result.error and result.error != self._mate_error:
+            self.error(f"{result.error}; searching without mate proofs")
+        self._mate_error = result.error or self._mate_error
+
+    def _send_mate_line(self, line: list[int], plies: int) -> None:
+        """`score mate N` (N < 0: we are mated) with the line that proves it."""
+        moves = " ".join(map(cshogi.move_to_usi, line))
+        self.send(f"info depth {len(line)} score mate {plies} pv {moves}")
 
     def _policy_play(self, ev: Evaluator, board: cshogi.Board) -> str:
         moves, labels = legal_moves_and_labels(board)
@@ -568,9 +693,19 @@ def _stdout_writer() -> Callable[[str], None]:
     return write
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
+    argparse.ArgumentParser(
+        prog="usi_engine",
+        description="A USI shogi engine (PUCT or Gumbel search over a dlshogi-style network). It speaks "
+        "USI on stdin/stdout: register this program in a USI GUI (ShogiGUI, ShogiHome, ...), or type "
+        "`usi`, `isready`, `position startpos`, `go byoyomi 1000`, `quit`. The options (model, backend, "
+        "search) are USI options, listed by `usi` and set with `setoption`.",
+    ).parse_args(argv)
     engine_dir = Path(sys.argv[0]).resolve().parent
     sys.stdin.reconfigure(encoding="utf-8", errors="replace")
     engine = UsiEngine(engine_dir=engine_dir)
     engine.run(sys.stdin)
-    return 0
+    # Everything is answered and nothing is left to write: end now. The interpreter's own teardown
+    # of torch / onnxruntime takes seconds on a loaded machine, and a GUI waits for the process to end.
+    sys.stdout.flush()
+    os._exit(0)

@@ -1,7 +1,16 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.timeman import MIN_THINK_MS, Budget, Clock, budget, can_stop_early, hard_limit, moves_to_go
+from engine.timeman import (
+    MIN_THINK_MS,
+    Budget,
+    Clock,
+    budget,
+    can_stop_early,
+    hard_limit,
+    moves_to_go,
+    root_mate_ms,
+)
 
 ms = st.integers(min_value=0, max_value=3_600_000)
 
@@ -10,9 +19,10 @@ ms = st.integers(min_value=0, max_value=3_600_000)
 def test_budget_never_exceeds_what_is_left(remaining, inc, byoyomi, ply, bmargin, tmargin):
     clock = Clock(remaining=remaining, increment=inc, byoyomi=byoyomi)
     b = budget(clock, ply, bmargin, tmargin)
-    available = remaining + inc + byoyomi
+    available = remaining + byoyomi  # the increment is added only after the move: never planned for
     assert MIN_THINK_MS <= b.target_ms <= b.hard_ms
     assert b.hard_ms <= max(available, MIN_THINK_MS)
+    assert root_mate_ms(b.hard_ms) <= b.hard_ms
 
 
 def test_byoyomi_is_used_fully_less_the_margin():
@@ -32,11 +42,14 @@ def test_tiny_clock_still_gets_half_of_it():
     assert hard_limit(Clock(remaining=0), byoyomi_margin=0, time_margin=1000) == MIN_THINK_MS
 
 
-def test_fischer_increment_is_added_to_the_share():
+def test_fischer_increment_is_added_to_the_share_but_never_spent_in_advance():
     without = budget(Clock(remaining=10_000), 40, time_margin=500)
     with_inc = budget(Clock(remaining=10_000, increment=2000), 40, time_margin=500)
     assert with_inc.target_ms == without.target_ms + 2000
-    assert with_inc.hard_ms == 11_500
+    assert with_inc.hard_ms == without.hard_ms == 9_500
+    # 300 ms left and a 5 s increment: the increment comes after this move, so at most the 300 ms
+    low = budget(Clock(remaining=300, increment=5000), 40, time_margin=1000)
+    assert low.target_ms <= low.hard_ms <= 300
 
 
 def test_moves_to_go_shrinks_late_but_never_below_ten():

@@ -13,9 +13,12 @@ from cshogi.usi import Engine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine import timeman
 from engine.network import build, preset, save_checkpoint
+from engine.onnx_model import write_onnx
 from engine.position import check_sfen, parse_position
-from engine.usi import default_options, parse_go
+from engine.puct import SearchControl
+from engine.usi import DEFAULT_GO_MS, MateClock, default_options, parse_go, time_budget
 from tests.usi_helpers import save_material_model, write_random_engine
 
 ENGINE = str(Path(__file__).resolve().parent.parent / "bin" / "usi_engine")
@@ -23,6 +26,9 @@ MATE_IN_1 = "4k4/9/4P4/9/9/9/9/9/4K4 b G2r2b3g4s4n4l17p 1"
 MATE_IN_3 = "8k/9/7L1/7s1/9/9/9/9/4K4 b R 1"
 NYUGYOKU = "RR2B2B1/PPPPPP2K/9/9/9/9/9/9/k8 b 2G2g4s4n4l12p 1"
 CHECKMATED = "4k4/4G4/4P4/9/9/9/9/9/4K4 w 2r2b3g4s4n4l17p 1"  # White to move, mated
+MATE_IN_CHECK = "2gS1g1n1/L5k2/2N1L4/1ppp5/1g5P1/9/1P1P2L1L/2+r6/N1+b1KG1Nb w 3Pr3s9p 70"  # White in check
+MATED_IN_TWO = "8k/6+R2/p8/9/9/9/9/9/4K4 w G 1"  # White's one move (9c9d) allows G*1b mate; not in check
+NO_QUICK_MATE = "1n2k4/l2g1s3/p1ps1p+B2/4p1p2/9/5P1P1/PN2P1P1S/L1P6/1NK5L w RGNL3Prb2gs4p 74"  # df-pn: many s
 FAST = {"DNN_Batch_Size": 4, "Backend": "torch", "PV_Interval": 100}
 
 
@@ -141,6 +147,16 @@ def test_ponder_then_ponderhit_and_stop(engine):
     engine.setoption("USI_Ponder", "false")
 
 
+def assert_mates(sfen: str, line: str) -> None:
+    """`line` is legal from `sfen`, every attacking move gives check, and it ends in mate."""
+    board = cshogi.Board(sfen)
+    for i, usi in enumerate(line.split()):
+        assert usi in {cshogi.move_to_usi(m) for m in board.legal_moves}, line
+        board.push_usi(usi)
+        assert i % 2 or board.is_check(), line
+    assert board.is_game_over(), line
+
+
 def test_go_mate(engine):
     engine.position(sfen="sfen " + MATE_IN_1)
     assert engine.go_mate(2000) == "G*5b"
@@ -150,6 +166,63 @@ def test_go_mate(engine):
     assert engine.go_mate(1000) == "nomate"
     engine.position(sfen="sfen " + MATE_IN_3)
     assert engine.go_mate() == "R*1d 2d1c 1d1c+"  # go mate infinite
+
+
+def test_go_mate_in_check_searches_the_evasions(engine):
+    assert cshogi.Board(MATE_IN_CHECK).is_check()
+    engine.position(sfen="sfen " + MATE_IN_CHECK)
+    assert_mates(MATE_IN_CHECK, engine.go_mate(2000))
+
+
+def _latency(engine: Engine, command: str, answer: str) -> float:
+    t = time.monotonic()
+    send(engine, command)
+    read_until(engine, answer)
+    return time.monotonic() - t
+
+
+def test_stop_ends_mate_search_and_tree_search_at_once(engine):
+    """df-pn runs for seconds here; `stop` must not wait for it (the acceptance bound is 0.1 s,
+    measured over many stops by tests/test_usi_fuzz.py; this bound only tells a wait from a hang)."""
+    engine.position(sfen="sfen " + NO_QUICK_MATE)
+    send(engine, "go mate infinite")
+    time.sleep(0.5)
+    assert _latency(engine, "stop", "checkmate") < 0.5
+    send(engine, "go infinite")  # the root mate search runs first, with no deadline while infinite
+    time.sleep(0.05)
+    assert _latency(engine, "stop", "bestmove") < 0.5
+
+
+def test_quit_during_go_mate_infinite_exits_at_once(model):
+    engine = start({"DNN_Model": model, **FAST})
+    engine.position(sfen="sfen " + NO_QUICK_MATE)
+    send(engine, "go mate infinite")
+    time.sleep(0.3)
+    t = time.monotonic()
+    send(engine, "quit")
+    assert read_until(engine, "checkmate")[-1] == "checkmate timeout"
+    assert time.monotonic() - t < 0.5
+    engine.proc.wait(timeout=20)
+
+
+def test_mated_engine_reports_mate_in_minus_plies(engine):
+    infos = []
+    engine.position(sfen="sfen " + MATED_IN_TWO)  # not in check: each move allows a mate in one
+    assert engine.go(byoyomi=500, listener=infos.append)[0] == "9c9d"
+    assert "info depth 2 score mate -2 pv 9c9d G*1b" in infos
+    infos.clear()
+    engine.position(sfen="sfen " + MATE_IN_3, moves=["R*1d"])  # in check: df-pn proves every evasion lost
+    assert engine.go(byoyomi=500, listener=infos.append)[0] == "2d1c"
+    assert "info depth 2 score mate -2 pv 2d1c 1d1c+" in infos
+
+
+def test_repetition_win_is_not_reported_as_mate(engine):
+    """White checks perpetually; 5i4i repeats the position with White to move: a win, but no mate."""
+    engine.position(sfen="sfen 4k4/9/9/9/4+r4/9/9/9/4K4 b - 1", moves="5i4i 5e4e 4i5i 4e5e".split())
+    infos = []
+    assert engine.go(nodes=64, listener=infos.append)[0] == "5i4i"
+    scores = [line.split("score ")[1].split()[:2] for line in infos if " score " in line]
+    assert scores and all(kind == "cp" for kind, _ in scores), scores
 
 
 def test_root_mate_search_plays_the_mate(engine):
@@ -174,21 +247,43 @@ def test_nyugyoku_declaration_and_resign(engine):
 
 def test_bad_commands_are_reported_and_change_nothing(engine):
     engine.position(["7g7f"])
-    for bad in [
-        "position startpos moves 7g7f 7g7f",  # illegal move
-        "position startpos moves 7g7f+",  # promotion outside the zone
-        "position sfen lnsgkgsnl/9 b - 1",  # would abort cshogi
-        "position sfen xx",
-        "setoption name DNN_Batch_Size value many",
-        "setoption name No_Such_Option value 1",
-        "go byoyomi soon",
-    ]:
+    for bad in ["setoption name DNN_Batch_Size value many", "setoption name No_Such_Option value 1"]:
         send(engine, bad)
         send(engine, "isready")
         lines = read_until(engine, "readyok")
         assert any(line.startswith("info string error:") for line in lines), bad
     best, _ = engine.go(nodes=8)
-    assert_legal(["7g7f"], cshogi.STARTING_SFEN, best)  # the last good position is kept
+    assert_legal(["7g7f"], cshogi.STARTING_SFEN, best)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "position startpos moves 7g7f 7g7f",  # illegal move
+        "position startpos moves 7g7f+",  # promotion outside the zone
+        "position sfen lnsgkgsnl/9 b - 1",  # would abort cshogi
+        "position sfen xx",
+    ],
+)
+def test_after_a_rejected_position_go_resigns(engine, bad):
+    """The last good position may be the other side's: never play a move for it."""
+    engine.position(["7g7f"])
+    send(engine, bad)
+    send(engine, "go btime 0 wtime 0 byoyomi 300")
+    lines = read_until(engine, "bestmove")
+    assert lines[-1] == "bestmove resign"
+    assert any(line.startswith("info string error: position:") for line in lines)
+    engine.position(["7g7f"])  # a good position clears it
+    assert_legal(["7g7f"], cshogi.STARTING_SFEN, engine.go(nodes=8)[0])
+
+
+def test_go_with_bad_arguments_still_answers_bestmove(engine):
+    engine.position(["7g7f"])
+    for go in ["go byoyomi soon", "go btime 1000 wtime x byoyomi 200", "go searchmoves 3c3d byoyomi 200"]:
+        send(engine, go)
+        lines = read_until(engine, "bestmove", timeout=DEFAULT_GO_MS / 1000 + 10)
+        assert any(line.startswith("info string warning: go") for line in lines), go
+        assert_legal(["7g7f"], cshogi.STARTING_SFEN, lines[-1].split()[1])
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -313,11 +408,16 @@ def test_match_against_random_mover_is_won(tmp_path):
 
 
 def test_parsers():
-    assert parse_go(["btime", "10", "wtime", "20", "byoyomi", "5"]).clock(cshogi.WHITE).remaining == 20
-    assert parse_go(["mate", "infinite"]).mate == -1
-    assert parse_go(["ponder", "infinite"]).ponder
-    with pytest.raises(ValueError):
-        parse_go(["btime"])
+    go, warnings = parse_go(["btime", "10", "wtime", "20", "byoyomi", "5"])
+    assert go.clock(cshogi.WHITE).remaining == 20 and not warnings
+    assert parse_go(["mate", "infinite"])[0].mate == -1
+    assert parse_go(["mate"])[0].mate == -1
+    assert parse_go(["ponder", "infinite"])[0].ponder
+    go, warnings = parse_go(["btime", "wtime", "300", "byoyomi", "soon", "ponder", "depth", "3"])
+    assert (go.btime, go.wtime, go.byoyomi, go.ponder) == (None, 300, 0, True)
+    assert len(warnings) == 4  # btime without a value, byoyomi soon, depth, 3
+    go, warnings = parse_go(["mate", "soon"])
+    assert go.mate == DEFAULT_GO_MS and warnings
     sfen, moves = parse_position(["startpos", "moves", "7g7f", "3c3d"])
     assert sfen == cshogi.STARTING_SFEN and len(moves) == 2
     for bad in ["9/9/9/9/9/9/9/9/9 b - 1", "4k4/9/9/9/9/9/9/9/4K4 b 20P 1", "P3k4/9/9/9/9/9/9/9/4K4 b - 1",
@@ -325,3 +425,61 @@ def test_parsers():
         with pytest.raises(ValueError):
             check_sfen(bad)
     check_sfen(MATE_IN_3)
+
+
+@given(
+    st.integers(-100, 10**7), st.integers(-100, 10**7), st.integers(-100, 10**5), st.integers(-100, 10**5),
+    st.integers(-100, 10**5), st.one_of(st.none(), st.integers(-100, 10**6)), st.integers(1, 500),
+    st.integers(0, 5000), st.integers(0, 5000),
+)  # fmt: skip
+def test_planned_time_never_exceeds_the_clock(btime, wtime, binc, winc, byoyomi, movetime, ply, bm, tm):
+    """The hard limit (and the root mate search's deadline inside it) is within what the GUI's clock
+    offers now: the side's time plus byoyomi (never the increment, added after the move), or movetime."""
+    go, _ = parse_go(f"btime {btime} wtime {wtime} binc {binc} winc {winc} byoyomi {byoyomi}".split())
+    go.movetime = movetime
+    for turn, left in ((cshogi.BLACK, btime), (cshogi.WHITE, wtime)):
+        plan = time_budget(go, turn, ply, bm, tm)
+        offered = movetime if movetime is not None else max(left, 0) + max(byoyomi, 0)
+        assert timeman.MIN_THINK_MS <= plan.target_ms <= plan.hard_ms <= max(offered, timeman.MIN_THINK_MS)
+        control = SearchControl()
+        control.hard = control.start + plan.hard_ms / 1000
+        assert control.start <= MateClock(control).deadline() <= control.hard
+
+
+def test_mate_clock_waits_for_ponderhit():
+    control = SearchControl(infinite=True)  # pondering: no deadline yet
+    clock = MateClock(control)
+    assert clock.deadline() is None and not clock.stopped()
+    control.infinite, control.hard = False, time.monotonic() + 0.4  # ponderhit: 0.4 s left
+    assert time.monotonic() < clock.deadline() <= time.monotonic() + timeman.root_mate_ms(400) / 1000
+    control.stopped = True
+    assert clock.stopped()
+
+
+def _imports(commands: str) -> set[str]:
+    """Top-level packages the engine imported while it ran `commands` (Python's import log)."""
+    argv = [sys.executable, "-X", "importtime", ENGINE]
+    proc = subprocess.run(argv, input=commands, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
+
+
+def test_handshake_and_an_onnx_model_need_no_torch(tmp_path):
+    """Seconds of torch import on a loaded machine must not delay usiok (GUIs time the handshake out),
+    and an ONNX model runs on onnxruntime alone."""
+    imported = _imports("usi\nquit\n")
+    assert "cshogi" in imported and not imported & {"torch", "onnxruntime"}
+    onnx = write_onnx(build(preset("tiny"), seed=0), tmp_path / "tiny.onnx")
+    imported = _imports(f"setoption name DNN_Model value {onnx}\nisready\nquit\n")
+    assert "onnxruntime" in imported and "torch" not in imported
+
+
+def test_help_prints_usage_without_reading_stdin():
+    proc = subprocess.Popen([ENGINE, "--help"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.wait(timeout=30) == 0  # stdin stays open: it must not wait for commands
+        assert proc.stdout.read().startswith("usage: usi_engine")
+    finally:
+        proc.kill()
+        proc.stdin.close()
+        proc.stdout.close()
