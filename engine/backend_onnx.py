@@ -26,10 +26,12 @@ def _spec(arg) -> TensorSpec:
     return TensorSpec(arg.name, shape, ORT_TYPES.get(arg.type, np.dtype(object)))
 
 
-def _read_model(path: Path) -> bytes:
+def _model_path(path: Path) -> str:
+    """The model is handed to onnxruntime by absolute path, never as bytes: a model with external
+    weights (dlshogi's export on torch >= 2.9 writes NAME.onnx.data) finds them beside it from any cwd."""
     if not path.is_file():
         raise UserError(f"{path}: ONNX model not found")
-    return path.read_bytes()
+    return str(path.resolve())
 
 
 class OnnxEvaluator(Evaluator):
@@ -56,7 +58,7 @@ class OnnxEvaluator(Evaluator):
         if missing:
             raise UserError(f"{self.path}: onnxruntime here lacks {', '.join(missing)}")
         try:
-            self.session = ort.InferenceSession(_read_model(self.path), opts, providers=providers)
+            self.session = ort.InferenceSession(_model_path(self.path), opts, providers=providers)
         except UserError:
             raise
         except Exception as e:

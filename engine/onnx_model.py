@@ -11,6 +11,7 @@ import hashlib
 import io
 import os
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -31,6 +32,30 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def external_data_files(path: str | os.PathLike) -> list[Path]:
+    """The weight files an ONNX model refers to (dlshogi's export on torch >= 2.9 writes NAME.onnx.data)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    names = {
+        entry.value
+        for tensor in model.graph.initializer
+        if tensor.data_location == onnx.TensorProto.EXTERNAL
+        for entry in tensor.external_data
+        if entry.key == "location"
+    }
+    return [Path(path).parent / name for name in sorted(names)]
+
+
+def onnx_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a model's graph file and its external weights: two exports sharing a graph file but not
+    weights must not share a cached TensorRT engine."""
+    extra = external_data_files(path)
+    if not extra:
+        return sha256_file(path)
+    return hashlib.sha256("".join(sha256_file(f) for f in [Path(path), *extra]).encode()).hexdigest()
 
 
 def _to_float(module: nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
@@ -90,11 +115,13 @@ def cached_onnx(
     fp16: bool = False,
     opset: int = DEFAULT_OPSET,
 ) -> Path:
-    """ONNX for `net` under `cache_dir`, keyed by the checkpoint's sha256 (or, for an in-memory network,
-    the exported bytes' own hash), so repeated starts reuse it and a changed checkpoint gets a new one."""
+    """ONNX for `net` under `cache_dir`, keyed by the checkpoint's sha256 and the network's config (the
+    same dlshogi file read as relu or swish is two networks), or, for an in-memory network, by the
+    exported bytes' own hash, so repeated starts reuse it and a changed checkpoint gets a new one."""
     tag = f"{'fp16' if fp16 else 'fp32'}-opset{opset}"
     if source is not None:
-        path = cache_dir / f"{sha256_file(source)[:24]}-{tag}.onnx"
+        config = hashlib.sha256(repr(sorted(asdict(net.config).items())).encode()).hexdigest()[:8]
+        path = cache_dir / f"{sha256_file(source)[:24]}-{config}-{tag}.onnx"
         return path if path.is_file() else write_onnx(net, path, opset, fp16)
     data = onnx_bytes(net, opset, fp16)
     path = cache_dir / f"mem-{hashlib.sha256(data).hexdigest()[:24]}-{tag}.onnx"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from torch import nn
@@ -15,7 +14,7 @@ from engine.backend_torch import TorchEvaluator, bucket_size
 from engine.backends import Platform, choose_backend, create_evaluator, model_kind
 from engine.errors import UserError
 from engine.features import set_nyugyoku_features
-from engine.network import PolicyValueNetwork, build, load_model, preset, save_checkpoint
+from engine.network import PolicyValueNetwork, build, preset, save_checkpoint
 from engine.onnx_model import cached_onnx, write_onnx
 
 # The tests export with the legacy exporter on purpose (as dlshogi does); its deprecation is noise here.
@@ -89,98 +88,6 @@ def test_nyugyoku_features_variant(positions, tmp_path):
         assert_agree(got, want, 1e-4, 1e-5)
     finally:
         set_nyugyoku_features(False)
-
-
-class DlshogiResNetSwish(nn.Module):
-    """dlshogi's policy_value_network_resnet*_swish, written out independently of engine.network:
-    same layer names and arithmetic, its own forward and its own export (make_onnx style)."""
-
-    class Bias(nn.Module):
-        def __init__(self, shape):
-            super().__init__()
-            self.bias = nn.Parameter(torch.zeros(shape))
-
-        def forward(self, x):
-            return x + self.bias
-
-    class Block(nn.Module):
-        def __init__(self, ch):
-            super().__init__()
-            self.conv1 = nn.Conv2d(ch, ch, 3, padding=1, bias=False)
-            self.bn1 = nn.BatchNorm2d(ch, eps=2e-05)
-            self.conv2 = nn.Conv2d(ch, ch, 3, padding=1, bias=False)
-            self.bn2 = nn.BatchNorm2d(ch, eps=2e-05)
-
-        def forward(self, x):
-            h = torch.nn.functional.silu(self.bn1(self.conv1(x)))
-            return torch.nn.functional.silu(self.bn2(self.conv2(h)) + x)
-
-    def __init__(self, blocks=2, ch=32, fcl=32):
-        super().__init__()
-        self.l1_1_1 = nn.Conv2d(62, ch, 3, padding=1, bias=False)
-        self.l1_1_2 = nn.Conv2d(62, ch, 1, bias=False)
-        self.l1_2 = nn.Conv2d(57, ch, 1, bias=False)
-        self.norm1 = nn.BatchNorm2d(ch, eps=2e-05)
-        self.blocks = nn.Sequential(*[self.Block(ch) for _ in range(blocks)])
-        self.policy_conv = nn.Conv2d(ch, 27, 1, bias=False)
-        self.policy_bias = self.Bias(2187)
-        self.value_conv1 = nn.Conv2d(ch, 27, 1, bias=False)
-        self.value_norm1 = nn.BatchNorm2d(27, eps=2e-05)
-        self.value_fc1 = nn.Linear(2187, fcl)
-        self.value_fc2 = nn.Linear(fcl, 1)
-
-    def forward(self, x1, x2):
-        silu = torch.nn.functional.silu
-        u = silu(self.norm1(self.l1_1_1(x1) + self.l1_1_2(x1) + self.l1_2(x2)))
-        u = self.blocks(u)
-        policy = self.policy_bias(torch.flatten(self.policy_conv(u), 1))
-        v = silu(self.value_norm1(self.value_conv1(u)))
-        v = silu(self.value_fc1(torch.flatten(v, 1)))
-        return policy, torch.sigmoid(self.value_fc2(v))  # make_onnx's PolicyValueNetworkAddSigmoid
-
-
-def test_dlshogi_onnx_and_state_dict_interoperate(positions, tmp_path):
-    torch.manual_seed(5)
-    dl = DlshogiResNetSwish().eval()
-    for m in dl.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.normal_(0, 0.1)
-            m.running_var.uniform_(0.5, 1.5)
-    names = ["input1", "input2", "output_policy", "output_value"]
-    onnx_path = tmp_path / "dlshogi.onnx"
-    torch.onnx.export(
-        dl,
-        (torch.zeros(1, 62, 9, 9), torch.zeros(1, 57, 9, 9)),
-        str(onnx_path),
-        input_names=names[:2],
-        output_names=names[2:],
-        dynamic_axes={n: {0: "batch_size"} for n in names},
-        opset_version=13,
-        dynamo=False,
-    )
-    pt_path = tmp_path / "dlshogi.pt"
-    torch.save({"model": dl.state_dict()}, pt_path)  # dlshogi's checkpoint layout: no config
-    boards = positions[:20]
-    with OnnxEvaluator(onnx_path, max_batch=8) as ev:
-        got = ev.evaluate_boards(boards)
-    with TorchEvaluator(load_model(pt_path), max_batch=8) as ref:
-        want = ref.evaluate_boards(boards)
-    assert_agree(got, want, 1e-4, 1e-5)
-    # and our export of the same weights has exactly dlshogi's interface
-    ours = onnx.load(str(write_onnx(load_model(pt_path), tmp_path / "ours.onnx")))
-    theirs = onnx.load(str(onnx_path))
-
-    def interface(model):
-        return [
-            (
-                t.name,
-                t.type.tensor_type.elem_type,
-                [d.dim_param or d.dim_value for d in t.type.tensor_type.shape.dim],
-            )
-            for t in [*model.graph.input, *model.graph.output]
-        ]
-
-    assert interface(ours) == interface(theirs)
 
 
 def export_renamed(tmp_path: Path, input_names, output_names, dynamic=True) -> Path:

@@ -40,6 +40,26 @@ def test_export_fp32_verified(tmp_path):
     assert sorted(io_types(model)) == sorted(NAMES)
 
 
+def test_onnx_value_is_a_sigmoid_probability_at_any_batch_size(tmp_path, positions):
+    """What dlshogi-convention tools expect: output_value = sigmoid(value logit), any batch size."""
+    import onnxruntime as ort
+    import torch
+
+    from engine.features import features_from_boards
+
+    net = trained_like("tiny")
+    report = export_onnx(net, tmp_path / "m.onnx", verify=False)
+    session = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
+    for n in (1, 7):
+        x1, x2 = features_from_boards(positions[:n])
+        policy, value = session.run(["output_policy", "output_value"], {"input1": x1, "input2": x2})
+        with torch.no_grad():
+            want_policy, logit = net(torch.from_numpy(x1), torch.from_numpy(x2))
+        assert policy.shape == (n, 2187) and value.shape == (n, 1)
+        np.testing.assert_allclose(value, torch.sigmoid(logit).numpy(), atol=1e-6)
+        np.testing.assert_allclose(policy, want_policy.numpy(), atol=1e-4)
+
+
 def test_export_fp16_typed_keeps_value_head_fp32(tmp_path, positions):
     net = trained_like("small")
     report = export_onnx(net, tmp_path / "h.onnx", fp16=True, positions=16)

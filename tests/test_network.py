@@ -3,10 +3,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from engine.errors import UserError
 from engine.features import features_from_boards
 from engine.network import (
+    LEGACY_BN_EPS,
     PRESETS,
     NetworkConfig,
     WithSigmoid,
@@ -20,27 +22,6 @@ from engine.network import (
     value_to_eval,
 )
 
-# dlshogi's policy_value_resnet parameter names: our state dicts must use exactly these.
-DLSHOGI_KEYS = {
-    "l1_1_1.weight",
-    "l1_1_2.weight",
-    "l1_2.weight",
-    "norm1.weight",
-    "norm1.bias",
-    "policy_conv.weight",
-    "policy_bias.bias",
-    "value_conv1.weight",
-    "value_norm1.weight",
-    "value_fc1.weight",
-    "value_fc1.bias",
-    "value_fc2.weight",
-    "value_fc2.bias",
-    "blocks.0.conv1.weight",
-    "blocks.0.bn1.running_mean",
-    "blocks.0.conv2.weight",
-    "blocks.0.bn2.weight",
-}
-
 
 @pytest.mark.parametrize("name", ["tiny", "small"])
 def test_forward_shapes_on_real_positions(name, positions):
@@ -53,10 +34,10 @@ def test_forward_shapes_on_real_positions(name, positions):
     torch.testing.assert_close(prob, torch.sigmoid(value))
 
 
-def test_dlshogi_structure_and_presets():
+def test_presets():
+    """(Names and shapes are checked against dlshogi's own files in test_dlshogi_interop.py.)"""
     net = build(PRESETS["resnet10"])
     keys = set(net.state_dict())
-    assert DLSHOGI_KEYS <= keys
     assert len({k.split(".")[1] for k in keys if k.startswith("blocks.")}) == 10
     assert net.state_dict()["l1_1_1.weight"].shape == (192, 62, 3, 3)
     assert net.state_dict()["value_fc1.weight"].shape == (256, 2187)
@@ -86,30 +67,56 @@ def test_nyugyoku_network_takes_119_planes():
     assert config_from_state_dict(net.state_dict()).input2 == 119
 
 
-def test_dlshogi_checkpoints_load_without_config(tmp_path):
-    net = build(preset("tiny"), seed=1)
-    torch.save({"model": net.state_dict(), "optimizer": {}}, tmp_path / "dlshogi.pt")
-    torch.save(net.state_dict(), tmp_path / "bare.pt")
-    for name in ("dlshogi.pt", "bare.pt"):
-        cfg = load_model(tmp_path / name).config
-        assert (cfg.blocks, cfg.channels, cfg.fcl, cfg.input2) == (2, 32, 32, 57)
+def test_checkpoints_from_before_bn_eps_was_recorded_keep_their_outputs(repo, positions):
+    """models/default.pt predates `bn_eps` in the config and the `policy` name: it loads with the eps it
+    was trained with (2e-5) and its `policy_conv` weights, computing what it always did."""
+    path = repo / "models" / "default.pt"
+    payload = read_checkpoint(path)
+    if "bn_eps" in payload["config"]:
+        pytest.skip("the shipped model is no longer a legacy checkpoint")
+    net = load_model(path)
+    assert net.config.bn_eps == LEGACY_BN_EPS and net.norm1.eps == LEGACY_BN_EPS
+    torch.testing.assert_close(net.policy.weight, payload["model"]["policy_conv.weight"])
+    x1, x2 = (torch.from_numpy(a) for a in features_from_boards(positions[:4]))
+    with torch.no_grad():
+        policy, _ = net(x1, x2)
+        h = net.blocks(net.act(net.norm1(net.l1_1_1(x1) + net.l1_1_2(x1) + net.l1_2(x2))))
+        by_hand = torch.flatten(nn.functional.conv2d(h, payload["model"]["policy_conv.weight"]), 1)
+    torch.testing.assert_close(policy, by_hand + payload["model"]["policy_bias.bias"])
+
+
+def test_new_networks_use_dlshogi_bn_eps():
+    assert build(preset("tiny")).config.bn_eps == 1e-5
+    assert all(m.eps == 1e-5 for m in build(preset("tiny")).modules() if isinstance(m, nn.BatchNorm2d))
 
 
 def test_bad_checkpoints_are_one_line_errors(tmp_path):
     (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint at all")
     (tmp_path / "empty.pt").write_bytes(b"")
+    (tmp_path / "image.pt").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)  # a PNG renamed
     torch.save({"something": torch.zeros(1)}, tmp_path / "other.pt")
     torch.save({"model": {"l1_1_1.weight": torch.zeros(3)}}, tmp_path / "broken.pt")
+    net = build(preset("tiny"), seed=0)
+    save_checkpoint(tmp_path / "wrongconfig.pt", net)
+    payload = torch.load(tmp_path / "wrongconfig.pt", weights_only=True)
+    torch.save({**payload, "config": {**payload["config"], "channels": 64}}, tmp_path / "wrongconfig.pt")
+    torch.save({**payload, "config": {**payload["config"], "depth": 3}}, tmp_path / "oddconfig.pt")
+    torch.save({**payload, "numbers": np.zeros(3)}, tmp_path / "pickled.pt")  # needs unpickling code
     for name, pattern in [
         ("missing.pt", "not found"),
-        ("garbage.pt", "not a loadable checkpoint"),
-        ("empty.pt", "not a loadable checkpoint"),
+        ("garbage.pt", "not a checkpoint \\(not a PyTorch file\\)"),
+        ("empty.pt", "not a checkpoint \\(empty file\\)"),
+        ("image.pt", "not a checkpoint \\(not a PyTorch file\\)"),
         ("other.pt", "no policy-value network"),
-        ("broken.pt", "do not match"),
+        ("broken.pt", "not a dlshogi ResNet"),
+        ("wrongconfig.pt", r"do not match its config .*: l1_1_1.weight is \[32, 62, 3, 3\], expected \[64, "),
+        ("oddconfig.pt", "config is not a network config"),
+        ("pickled.pt", r"holds Python objects, not just tensors \(numpy"),
     ]:
         with pytest.raises(UserError, match=pattern) as e:
             load_model(tmp_path / name)
         assert "\n" not in str(e.value) and name in str(e.value)
+        assert "weights_only" not in str(e.value)
     with pytest.raises(UserError):
         read_checkpoint(tmp_path)
 
