@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# GPU check for the serving path (issue #4), under ~8 minutes on one GPU; installs nothing.
+# GPU check for the serving path (issues #4, #12), under ~10 minutes on one GPU; installs nothing.
 #   bash bench/gpu_check.sh
 # Needs CUDA torch, onnx, onnxruntime; TensorRT parts run only when `tensorrt` imports.
 # Prints labelled results: FP16 vs FP32 agreement, positions/s per batch size with and without CUDA
-# graphs, TensorRT build + agreement + speed, then the GPU-gated pytest tests.
+# graphs, the search ceiling, self-play rows/s against P search processes sharing one inference server
+# (latency model and torch CUDA), TensorRT build + agreement + speed, then the GPU-gated pytest tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -51,6 +52,25 @@ echo "=== self-play positions/s on the GPU (bench/selfplay.py, torch CUDA FP16, 
 if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   timeout 150 python bench/selfplay.py --device cuda --backend torch --nets small --parallel 256 --games 256 \
     --groups 1,2 --processes 0 --baseline-seconds 5 2>&1 | grep -v "^info" || echo "bench/selfplay.py exited with $?"
+else
+  echo "SKIP: torch has no CUDA device"
+fi
+
+echo "=== search ceiling: zero-cost evaluator, one process (bench/search_ceiling.py) ==="
+if [ -f bench/search_ceiling.py ]; then
+  # no reference checkout travels to the device: both columns are this checkout
+  timeout 150 python bench/search_ceiling.py --ref "$PWD" --repeat 1 --games 32 --max-moves 40 --playouts 1000 \
+    || echo "bench/search_ceiling.py exited with $?"
+else
+  echo "SKIP: bench/search_ceiling.py not in this checkout"
+fi
+
+echo "=== many searches per GPU: P self-play processes, one inference server (bench/multiprocess_selfplay.py) ==="
+timeout 120 python bench/multiprocess_selfplay.py --processes 1,2,4,8 --games 64 --max-moves 40 2>&1 \
+  | grep -v "^info" || echo "bench/multiprocess_selfplay.py (latency model) exited with $?"
+if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  timeout 150 python bench/multiprocess_selfplay.py --real --backend torch --device cuda --processes 1,2,4,8 \
+    --games 128 --max-moves 40 2>&1 | grep -v "^info" || echo "bench/multiprocess_selfplay.py (torch CUDA) exited with $?"
 else
   echo "SKIP: torch has no CUDA device"
 fi

@@ -6,13 +6,14 @@ TensorRT) is chosen by `create_evaluator` (engine/backends.py) and never leaks i
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import cshogi
 import numpy as np
 
-from engine.features import FEATURES1_NUM, ensure_features2, fill_features
+from engine.features import FEATURES1_NUM, FEATURES2_NUM, ensure_features2, fill_features
 from engine.moves import NUM_MOVE_LABELS
 
 
@@ -81,3 +82,51 @@ class Evaluator(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class UniformEvaluator(Evaluator):
+    """A network that costs nothing: flat logits and value 0.5 at once. It measures the search's own
+    ceiling (bench/search_ceiling.py) and drives search tests that must not depend on a model."""
+
+    name = "uniform"
+
+    def __init__(self, max_batch: int = 256, input2: int = FEATURES2_NUM) -> None:
+        super().__init__(max_batch, input2)
+        self._policy = np.zeros((max_batch, NUM_MOVE_LABELS), dtype=np.float32)
+        self._value = np.full(max_batch, 0.5, dtype=np.float32)
+
+    def _run(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._policy[:n], self._value[:n]
+
+
+class LatencyModelEvaluator(Evaluator):
+    """A GPU stand-in for planning on CPU: each call takes `a_ms + b_ms * n` ms of wall time with the GIL
+    released (a sleep, as a GPU wait), returning what `inner` (default: UniformEvaluator) returns for
+    the same rows; its own cost is counted in the budget. `busy_seconds` adds up the calls' time."""
+
+    name = "latency-model"
+
+    def __init__(
+        self, max_batch: int = 256, a_ms: float = 1.0, b_ms: float = 0.01, inner: Evaluator | None = None
+    ) -> None:
+        if a_ms < 0 or b_ms < 0:
+            raise ValueError("latency model: a_ms and b_ms must be >= 0")
+        self.inner = inner or UniformEvaluator(max_batch)
+        self.a_ms, self.b_ms = a_ms, b_ms
+        self.busy_seconds = 0.0
+        super().__init__(self.inner.max_batch, self.inner.input2)
+
+    def _alloc_host(self, shape1: tuple[int, ...], shape2: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        return self.inner.x1, self.inner.x2  # callers fill the wrapped evaluator's rows directly
+
+    def _run(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        start = time.perf_counter()
+        out = self.inner.evaluate(n)
+        left = (self.a_ms + self.b_ms * n) / 1000 - (time.perf_counter() - start)
+        if left > 0:
+            time.sleep(left)
+        self.busy_seconds += time.perf_counter() - start
+        return out
+
+    def close(self) -> None:
+        self.inner.close()

@@ -10,19 +10,23 @@ the sequential steps per move from n + 1 to about half, so fewer parallel games 
 
 Leaf values are exact where the rules decide (`engine.rules.terminal`: mate, nyugyoku declaration,
 repetition, move limit) and for positions with a mate in one for the side to move (value 1); only the
-rest go to the network, through an LRU cache keyed by the position's Zobrist hash.
+rest go to the network, through the shared cache (engine.eval_cache).
+
+This object-per-node version is the readable reference: self-play and the USI engine's gumbel mode
+run engine.gumbel_tree.TreeSearch (flat arrays, numba), which tests hold to the same moves and
+policy targets.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Generator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
 
 import cshogi
 import numpy as np
 
 from engine import gumbel
+from engine.eval_cache import EvalCache
 from engine.evaluator import Evaluator
 from engine.features import alloc_features, fill_features
 from engine.moves import labels_from_move16
@@ -36,38 +40,8 @@ class SearchParams:
     c_visit: float = gumbel.C_VISIT
     c_scale: float = gumbel.C_SCALE
     max_moves: int | None = DEFAULT_MAX_MOVES
-    draw_value: float = 0.5
-
-
-class EvalCache:
-    """LRU map from Zobrist hash to (legal-move logits, value): a position's network output is reused
-    across simulations, moves (the played child is the next root) and games (openings)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._data: OrderedDict[int, tuple[np.ndarray, float]] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: int) -> tuple[np.ndarray, float] | None:
-        entry = self._data.get(key)
-        if entry is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._data.move_to_end(key)
-        return entry
-
-    def put(self, key: int, logits: np.ndarray, value: float) -> None:
-        if self.capacity <= 0:
-            return
-        self._data[key] = (logits, value)
-        self._data.move_to_end(key)
-        if len(self._data) > self.capacity:
-            self._data.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._data)
+    draw_value: float = 0.5  # a draw's value for the side to move at the root (1 - it for the other)
+    noise: bool = True  # Gumbel noise at the root (self-play explores; play may turn it off)
 
 
 class LeafBatch:
@@ -142,6 +116,8 @@ class SearchResult:
     policy: np.ndarray
     choice: int
     value: float
+    pv: list[int] = field(default_factory=list)  # the chosen move, then the most visited replies
+    simulations: int = 0  # visits the root's actions received
 
 
 Pending = tuple[list[tuple[Node, int]], Node]
@@ -163,15 +139,18 @@ class GumbelSearch:
         self.cache = cache
         self.batch = batch
 
+    def _draw_value(self, turn: int, root_turn: int) -> float:
+        return self.params.draw_value if turn == root_turn else 1.0 - self.params.draw_value
+
     def _sigma(self, node: Node, q_hat: np.ndarray) -> np.ndarray:
         return gumbel.sigma(q_hat, int(node.N.max()), self.params.c_visit, self.params.c_scale)
 
-    def _new_node(self, board: cshogi.Board, root: bool = False) -> Node:
+    def _new_node(self, board: cshogi.Board, root_turn: int, root: bool = False) -> Node:
         node = Node(board.zobrist_hash())
         if not root:
             end = terminal(board, self.params.max_moves)
             if end is not None:
-                node.exact = end.value(board.turn, self.params.draw_value)
+                node.exact = end.value(board.turn, self._draw_value(board.turn, root_turn))
                 return node
             if not board.is_check() and board.mate_move_in_1ply():
                 node.exact = 1.0
@@ -179,7 +158,7 @@ class GumbelSearch:
         node.expand(board)
         cached = self.cache.get(node.key)
         if cached is not None:
-            node.set_prior(*cached)
+            node.set_prior(cached.logits, cached.value)
         else:
             node.row = self.batch.add(board, node.key)
         return node
@@ -191,7 +170,7 @@ class GumbelSearch:
             if leaf.logits is None:
                 logits = policy[leaf.row, leaf.labels]
                 v = float(value[leaf.row])
-                self.cache.put(leaf.key, logits, v)
+                self.cache.put(leaf.key, np.array(leaf.moves, dtype=np.int32), logits, v)
                 leaf.set_prior(logits, v)
             if path:
                 _backup(path, leaf.v)
@@ -204,6 +183,7 @@ class GumbelSearch:
     def _simulate(self, board: cshogi.Board, root: Node, action: int) -> Pending | None:
         """Descend from the root through `action`; back up at once unless the leaf needs the network."""
         path = [(root, action)]
+        root_turn = board.turn
         board.push(root.moves[action])
         node = root.children[action]
         while node is not None and node.exact is None:
@@ -212,7 +192,7 @@ class GumbelSearch:
             board.push(node.moves[b])
             node = node.children[b]
         if node is None:
-            node = self._new_node(board)
+            node = self._new_node(board, root_turn)
             parent, a = path[-1]
             parent.children[a] = node
         for _ in path:
@@ -240,9 +220,13 @@ class GumbelSearch:
         sig = self._sigma(root, root.q_hat())
         return [gumbel.select_root(gumbel_noise, root.logits, sig, root.N, considered, target)]
 
-    def run(self, board: cshogi.Board, rng: np.random.Generator) -> Generator[None, None, SearchResult]:
-        """Search `board` (not a finished position); yields whenever the leaf batch must be evaluated."""
-        root = self._new_node(board, root=True)
+    def run(
+        self, board: cshogi.Board, rng: np.random.Generator, stop: Callable[[], bool] | None = None
+    ) -> Generator[None, None, SearchResult]:
+        """Search `board` (not a finished position); yields whenever the leaf batch must be evaluated.
+        `stop` (checked between rounds) ends the search early: the move then comes from the visits
+        so far, as sequential halving would pick it."""
+        root = self._new_node(board, board.turn, root=True)
         if root.logits is None:
             yield
             self._resolve([([], root)])
@@ -250,11 +234,11 @@ class GumbelSearch:
         if n_legal == 1:  # a forced move: the target is 1 whatever the search finds, so skip it
             return SearchResult(root.moves, root.labels, np.ones(1), 0, root.v)
         m = min(self.params.considered, n_legal)
-        g = rng.gumbel(size=n_legal)
+        g = rng.gumbel(size=n_legal) if self.params.noise else np.zeros(n_legal)
         considered = gumbel.top_k_considered(g, root.logits, m)
         seq = gumbel.considered_visits(m, self.params.sims)
         k = 0
-        while k < len(seq):
+        while k < len(seq) and not (stop is not None and stop()):
             actions = self._round(root, seq, k, g, considered)
             pending = [p for a in actions if (p := self._simulate(board, root, a)) is not None]
             if pending:
@@ -274,11 +258,14 @@ def search_position(
     params: SearchParams,
     rng: np.random.Generator,
     cache: EvalCache | None = None,
+    search_type: type = GumbelSearch,
+    stop: Callable[[], bool] | None = None,
 ) -> SearchResult:
-    """One search on its own, each leaf batch evaluated as it comes (for tests and single-board callers)."""
+    """One search on its own, each leaf batch evaluated as it comes (for tests and single-board
+    callers); `search_type` is this reference or engine.gumbel_tree.TreeSearch (same interface)."""
     batch = LeafBatch(max(params.considered, 1) + 1, evaluator.input2)
-    search = GumbelSearch(params, cache if cache is not None else EvalCache(1 << 16), batch)
-    steps = search.run(board, rng)
+    search = search_type(params, cache if cache is not None else EvalCache(1 << 16), batch)
+    steps = search.run(board, rng, stop)
     while True:
         try:
             next(steps)

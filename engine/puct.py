@@ -9,6 +9,10 @@ moves on one cshogi Board that holds the game's history, so repetitions before t
 
 Values are win probabilities. `Node.w` and `child_w` are sums from the point of view of the side to
 move at that node (q(a) = the mover's expected result after playing a), as in dlshogi.
+
+This readable version is the reference: engine.puct_tree.FastSearch (flat arrays, numba) inherits its
+control logic and must reach the same visit counts. `mode="gumbel"` runs self-play's Gumbel search
+(engine.gumbel_tree) instead of PUCT, with the same network cache (engine.eval_cache).
 """
 
 from __future__ import annotations
@@ -22,8 +26,12 @@ import cshogi
 import numpy as np
 
 from engine import gumbel
+from engine.eval_cache import EvalCache
 from engine.evaluator import Evaluator
 from engine.features import fill_features
+from engine.gumbel_search import SearchParams as GumbelParams
+from engine.gumbel_search import SearchResult as GumbelResult
+from engine.gumbel_search import search_position
 from engine.moves import legal_moves_and_labels
 from engine.rules import terminal
 from engine.timeman import can_stop_early
@@ -48,21 +56,21 @@ class SearchParams:
     max_moves: int | None = None  # game length at which the game is drawn (None: no limit)
     node_limit: int = 2_000_000  # stop growing the tree past this many nodes
     cache_size: int = 1_000_000  # NN results kept by position hash
-    mode: str = "puct"  # puct | gumbel (sequential halving at the root)
+    mode: str = "puct"  # puct | gumbel (self-play's search: engine.gumbel_tree)
     gumbel_considered: int = 16
     gumbel_c_visit: float = gumbel.C_VISIT
     gumbel_c_scale: float = gumbel.C_SCALE
+    gumbel_noise: bool = False  # in play the root's Gumbel noise is off unless asked for
 
 
 class Node:
     """A position in the tree; children are created on first visit."""
 
-    __slots__ = ("moves", "logits", "priors", "child_n", "child_w", "children", "n", "w", "value", "terminal",
+    __slots__ = ("moves", "priors", "child_n", "child_w", "children", "n", "w", "value", "terminal",
                  "pending", "win_idx")  # fmt: skip
 
     def __init__(self) -> None:
         self.moves: np.ndarray | None = None  # legal moves (cshogi ints); None until evaluated
-        self.logits: np.ndarray | None = None
         self.priors: np.ndarray | None = None
         self.child_n: np.ndarray | None = None
         self.child_w: np.ndarray | None = None
@@ -76,7 +84,6 @@ class Node:
 
     def expand(self, moves: np.ndarray, logits: np.ndarray, value: float, temperature: float) -> None:
         self.moves = moves
-        self.logits = logits
         self.priors = softmax(logits / temperature)
         self.child_n = np.zeros(len(moves), dtype=np.int32)
         self.child_w = np.zeros(len(moves), dtype=np.float64)
@@ -147,13 +154,17 @@ class Search:
         self.params = params or SearchParams()
         self.batch_size = min(batch_size or evaluator.max_batch, evaluator.max_batch)
         self.board = cshogi.Board()
-        self.cache: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+        self.cache = EvalCache(self.params.cache_size)
         self.root: Node | None = None
         self.root_key: tuple[str, tuple[int, ...]] | None = None
         self.nodes = 0
         self.seldepth = 0
         self._root_color = cshogi.BLACK
-        self._gumbel: tuple[np.ndarray, np.ndarray, list[int]] | None = None
+        self.gumbel_result: GumbelResult | None = None  # the last gumbel-mode search (move, target)
+        if self.params.mode == "gumbel":  # compile its kernels now (isready), not in the first move's time
+            from engine.gumbel_tree import warm_up
+
+            warm_up(evaluator.input2)
 
     # ----- position and tree reuse -----
 
@@ -196,31 +207,33 @@ class Search:
         mine = p.draw_value_black if self._root_color == cshogi.BLACK else p.draw_value_white
         return mine if turn == self._root_color else 1.0 - mine
 
-    def _exact(self, node: Node, parent: Node | None, idx: int) -> bool:
-        """Decide `node` (the board is at it) without the network if the game ends here."""
+    def _exact_value(self) -> tuple[float, bool] | None:
+        """The board's value for the side to move if the game ends here (or it mates in one), and
+        whether the previous mover won by it; None if the network must judge."""
         board = self.board
         t = terminal(board, max_moves=self.params.max_moves, repetition_ply=self.params.repetition_ply)
         if t is not None:
-            node.terminal = node.value = t.value(board.turn, self._draw_value(board.turn))
-            if parent is not None and t.winner is not None and t.winner != board.turn:
-                parent.win_idx = idx
-            return True
+            return t.value(board.turn, self._draw_value(board.turn)), t.winner not in (None, board.turn)
         if not board.is_check() and board.mate_move_in_1ply():
-            node.terminal = node.value = 1.0
-            return True
-        return False
+            return 1.0, False
+        return None
+
+    def _exact(self, node: Node, parent: Node | None, idx: int) -> bool:
+        """Decide `node` (the board is at it) without the network if the game ends here."""
+        exact = self._exact_value()
+        if exact is None:
+            return False
+        node.terminal = node.value = exact[0]
+        if parent is not None and exact[1]:
+            parent.win_idx = idx  # a move that wins the game outright: always play it
+        return True
 
     def _from_cache(self, node: Node) -> bool:
         hit = self.cache.get(self.board.zobrist_hash())
         if hit is None:
             return False
-        node.expand(hit[0], hit[1], hit[2], self.params.softmax_temperature)
+        node.expand(hit.moves, hit.logits.astype(np.float64), hit.value, self.params.softmax_temperature)
         return True
-
-    def _remember(self, key: int, moves: np.ndarray, logits: np.ndarray, value: float) -> None:
-        if len(self.cache) >= self.params.cache_size:
-            self.cache.clear()
-        self.cache[key] = (moves, logits, value)
 
     def evaluate_root(self) -> Node:
         """Make sure the root exists and is expanded (the board is at the root)."""
@@ -233,9 +246,9 @@ class Search:
                 moves, labels = legal_moves_and_labels(self.board)
                 fill_features(self.board, self.ev.x1[0], self.ev.x2[0])
                 policy, value = self.ev.evaluate(1)
-                logits = policy[0][labels].astype(np.float64)
-                self._remember(self.board.zobrist_hash(), moves, logits, float(value[0]))
-                root.expand(moves, logits, float(value[0]), self.params.softmax_temperature)
+                logits, v = policy[0][labels], float(value[0])
+                self.cache.put(self.board.zobrist_hash(), moves, logits, v)
+                root.expand(moves, logits.astype(np.float64), v, self.params.softmax_temperature)
         return root
 
     # ----- the search -----
@@ -254,26 +267,7 @@ class Search:
             node.child_n[idx] -= 1
             node.n -= 1
 
-    def _select_root(self, root: Node, sim: int) -> int:
-        if self._gumbel is None:
-            p = self.params
-            return puct_select(root, p.c_init_root, p.c_base_root, p.c_fpu_reduction_root)
-        g, mask, targets = self._gumbel
-        q_hat_sigma = self._gumbel_sigma(root)
-        target = targets[sim] if sim < len(targets) else int(root.child_n[mask].min())
-        try:
-            return gumbel.select_root(g, root.logits, q_hat_sigma, root.child_n, mask, target)
-        except ValueError:  # in-flight visits can skip a target; take the least visited considered
-            return int(np.flatnonzero(mask)[np.argmin(root.child_n[mask])])
-
-    def _gumbel_sigma(self, root: Node) -> np.ndarray:
-        p = self.params
-        cq = gumbel.completed_q(root.q(), root.child_n, root.priors, root.value)
-        return gumbel.sigma(gumbel.rescale_q(cq), int(root.child_n.max()), p.gumbel_c_visit, p.gumbel_c_scale)
-
-    def _collect(
-        self, sim_base: int
-    ) -> tuple[list[tuple[list[tuple[Node, int]], Node, int, np.ndarray, np.ndarray]], int]:
+    def _collect(self) -> tuple[list[tuple[list[tuple[Node, int]], Node, int, np.ndarray, np.ndarray]], int]:
         """Walk `batch_size` playouts; returns leaves queued for the network and playouts completed."""
         board, p = self.board, self.params
         root = self.root
@@ -310,7 +304,7 @@ class Search:
                 if node.win_idx >= 0:
                     idx = node.win_idx
                 elif node is root:
-                    idx = self._select_root(root, sim_base + done + len(queued))
+                    idx = puct_select(root, p.c_init_root, p.c_base_root, p.c_fpu_reduction_root)
                 else:
                     idx = puct_select(node, p.c_init, p.c_base, p.c_fpu_reduction)
                 node.child_n[idx] += 1
@@ -329,16 +323,16 @@ class Search:
                 break
         return queued, done
 
-    def _run_batch(self, sim_base: int) -> int:
-        queued, done = self._collect(sim_base)
+    def _run_batch(self) -> int:
+        queued, done = self._collect()
         if queued:
             policy, value = self.ev.evaluate(len(queued))
             t = self.params.softmax_temperature
             for i, (path, node, key, moves, labels) in enumerate(queued):
-                logits = policy[i][labels].astype(np.float64)
+                logits = policy[i][labels]
                 v = float(value[i])
-                self._remember(key, moves, logits, v)
-                node.expand(moves, logits, v, t)
+                self.cache.put(key, moves, logits, v)
+                node.expand(moves, logits.astype(np.float64), v, t)
                 node.pending = False
                 self._backup(path, v)
         return done + len(queued)
@@ -356,8 +350,6 @@ class Search:
             return True
         if root.win_idx >= 0 or len(root.moves) == 1:
             return True
-        if self._gumbel is not None:
-            return playouts >= len(self._gumbel[2])  # sequential halving spends its whole budget
         if control.target is not None:
             if now >= control.target:
                 return True
@@ -376,40 +368,54 @@ class Search:
         rng: np.random.Generator | None = None,
     ) -> SearchResult:
         """Search from the root (set by `set_position`) until `control` says stop."""
+        if self.params.mode == "gumbel":
+            return self._run_gumbel(control, rng or np.random.default_rng())
         root = self.evaluate_root()
         self.seldepth = 0
-        start_playouts = root.n
         playouts = 0
-        self._gumbel = None
-        if self.params.mode == "gumbel" and len(root.moves) > 1:
-            rng = rng or np.random.default_rng()
-            g = rng.gumbel(size=len(root.moves))
-            mask = gumbel.top_k_considered(g, root.logits, self.params.gumbel_considered)
-            budget = control.max_playouts or 64
-            targets = gumbel.considered_visits(int(mask.sum()), budget)
-            # a reused subtree already has visits: restart the halving over fresh root statistics
-            root.child_n[:] = 0
-            root.child_w[:] = 0.0
-            root.n, root.w, start_playouts = 0, 0.0, 0
-            self._gumbel = (g, mask, targets)
         next_info = time.monotonic() + info_interval
         while len(root.moves) and not self._should_stop(
             control, playouts, playouts / max(time.monotonic() - control.start, 1e-3)
         ):
-            playouts += self._run_batch(start_playouts + playouts)
+            playouts += self._run_batch()
             if on_info is not None and info_interval > 0 and time.monotonic() >= next_info:
                 on_info(self.result(control))
                 next_info = time.monotonic() + info_interval
         return self.result(control)
+
+    def _run_gumbel(self, control: SearchControl, rng: np.random.Generator) -> SearchResult:
+        """Search_Mode gumbel: self-play's own search (engine.gumbel_tree, mctx's algorithm) with a
+        budget of `max_playouts` simulations (64 if unset), cut short by `stop` or the hard deadline."""
+        from engine.gumbel_tree import TreeSearch  # numba: compiled at the first gumbel search
+
+        p = self.params
+        self.root = self.root_key = None  # the PUCT tree is not kept across modes
+        board = self.board
+        if board.is_game_over():
+            return SearchResult(None, None, 0.0, [], 0, 0, 0, 0, time.monotonic() - control.start)
+        params = GumbelParams(
+            sims=control.max_playouts or 64, considered=p.gumbel_considered, c_visit=p.gumbel_c_visit,
+            c_scale=p.gumbel_c_scale, max_moves=p.max_moves, draw_value=self._draw_value(board.turn),
+            noise=p.gumbel_noise,
+        )  # fmt: skip
+
+        def stop() -> bool:
+            return control.stopped or (control.hard is not None and time.monotonic() >= control.hard)
+
+        r = search_position(board, self.ev, params, rng, self.cache, search_type=TreeSearch, stop=stop)
+        self.gumbel_result = r
+        sims = r.simulations
+        return SearchResult(
+            bestmove=r.moves[r.choice], ponder=r.pv[1] if len(r.pv) > 1 else None, value=r.value, pv=r.pv,
+            playouts=sims, nodes=sims + 1, depth=len(r.pv), seldepth=len(r.pv),
+            elapsed=time.monotonic() - control.start,
+        )  # fmt: skip
 
     # ----- reading the tree -----
 
     def best_index(self, node: Node) -> int:
         if node.win_idx >= 0:
             return node.win_idx
-        if node is self.root and self._gumbel is not None and node.child_n.any():
-            g, mask, _ = self._gumbel
-            return gumbel.final_move(g, node.logits, self._gumbel_sigma(node), node.child_n, mask)
         n = node.child_n
         if not n.any():
             return int(np.argmax(node.priors))
@@ -437,8 +443,11 @@ class Search:
         n = int(root.child_n[idx])
         value = float(root.child_w[idx] / n) if n else root.value
         mate = None
-        if root.win_idx >= 0:
-            value, mate = 1.0, 1
+        if root.win_idx >= 0:  # a won terminal child: mate in one, or a won repetition (not a mate)
+            value = 1.0
+            self.board.push(int(root.moves[root.win_idx]))
+            mate = 1 if self.board.is_game_over() else None
+            self.board.pop()
         return SearchResult(
             bestmove=int(root.moves[idx]),
             ponder=pv[1] if len(pv) > 1 else None,

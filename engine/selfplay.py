@@ -1,12 +1,16 @@
 """Gumbel AlphaZero self-play: many games advanced together, one batched network call per step.
 
 Each process runs `parallel` games split into `groups`. A group's games walk their trees until every
-one waits on the network (`engine.gumbel_search`), the group's leaves go to the evaluator as one
+one waits on the network (`engine.gumbel_tree`), the group's leaves go to the evaluator as one
 batch in a background thread (torch and onnxruntime release the GIL), and meanwhile the other group's
 games are resumed with their results and walk on. With one group, tree walking and inference take
 turns. Finished games go to a background writer (`engine.selfplay_writer`); SIGINT/SIGTERM stop
 after the current step, every finished game written, unfinished ones dropped.
-`processes > 1` runs independent workers (own evaluator, cache and output file) with one progress bar.
+`processes > 1` runs worker processes (own search, cache and output file) with one progress bar. Each
+builds its own evaluator, or, with the inference server (`inference_server`: on, or auto with a GPU
+backend), all feed one evaluator in one more process (`engine.inference_server`: one GPU context and
+engine build, rows of every worker in each forward call). A worker that dies (killed, crashed) is
+reported and the others play on; its finished games stay in its file.
 
 Games against an external USI engine (as dlshogi's self-play, and how a run bootstraps from an
 existing engine): a `usi_fraction` of the games, the engine playing the colour `usi_colour` says. Our
@@ -20,8 +24,10 @@ crash or timeout drops that game (with a warning) and the engine is restarted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import signal
 import sys
@@ -29,8 +35,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as ready_connections
 from pathlib import Path
 
 import cshogi
@@ -38,8 +46,12 @@ import numpy as np
 from tqdm import tqdm
 
 from engine.errors import UserError
+from engine.eval_cache import EvalCache
 from engine.evaluator import Evaluator
-from engine.gumbel_search import EvalCache, GumbelSearch, LeafBatch, SearchParams, SearchResult
+from engine.fileio import check_output_dir
+from engine.gumbel_search import LeafBatch, SearchParams, SearchResult
+from engine.gumbel_tree import TreeSearch
+from engine.inference_server import ClientEvaluator, Endpoint, InferenceServer
 from engine.match import DEFAULT_MOVE_TIMEOUT, EngineFailure, EngineSpec, UsiProcess
 from engine.records import OPPONENT_SELFPLAY, OPPONENT_USI_BLACK, OPPONENT_USI_WHITE, RESULT_MASK
 from engine.rules import BLACK_WIN, DRAW, NYUGYOKU, WHITE_WIN, terminal, win_for
@@ -47,6 +59,7 @@ from engine.score import eval_to_value
 from engine.selfplay_writer import FORMATS, GameRecord, GameWriter, output_path
 
 USI_COLOURS = ("black", "white", "alternate")
+INFERENCE_SERVER = ("auto", "on", "off")
 OPPONENT_OF = {None: OPPONENT_SELFPLAY, cshogi.BLACK: OPPONENT_USI_BLACK, cshogi.WHITE: OPPONENT_USI_WHITE}
 
 
@@ -112,6 +125,7 @@ class SelfPlayConfig:
     device: str | None = None
     batch: int = 256  # the evaluator's max batch; bigger leaf batches are split
     threads: int | None = None  # torch CPU threads per process (default: cores / processes)
+    inference_server: str = "auto"  # one evaluator process for all workers: on, off, auto (with a GPU)
     progress: bool = True
     # games against an external USI engine
     usi_engine: str | None = None  # command line (shell words)
@@ -140,6 +154,10 @@ class SelfPlayConfig:
             (self.format in FORMATS, f"--format must be one of {', '.join(FORMATS)}"),
             (self.batch >= 1, "--batch must be >= 1"),
             (self.cache_size >= 0, "--cache must be >= 0"),
+            (
+                self.inference_server in INFERENCE_SERVER,
+                f"--inference-server must be one of {', '.join(INFERENCE_SERVER)}",
+            ),
             *self._usi_checks(),
         ]
         for ok, msg in checks:
@@ -147,9 +165,7 @@ class SelfPlayConfig:
                 raise UserError(msg)
         if self.usi_engine is not None:
             EngineSpec(self.usi_engine).argv  # noqa: B018 (a command that does not parse is a UserError)
-        out = Path(self.out_dir)
-        if out.exists() and not out.is_dir():
-            raise UserError(f"--out {out}: not a directory")
+        check_output_dir(self.out_dir, "--out")  # created with the first game's file, not before
 
     def _usi_checks(self) -> list[tuple[bool, str]]:
         if self.usi_engine is None:
@@ -178,6 +194,7 @@ class SelfPlayConfig:
         return SearchParams(self.sims, self.considered, self.c_visit, self.c_scale, self.max_moves)
 
 
+EvaluatorFactory = Callable[[int], Evaluator]  # max_batch -> evaluator (picklable for the server)
 OnGame = Callable[[int, int | None, int], None]  # (positions, result byte or None if dropped, opponent)
 
 
@@ -199,6 +216,9 @@ class SelfPlayStats:
     usi_losses: int = 0
     usi_draws: int = 0
     dropped: int = 0  # games given up because the engine crashed or timed out
+    workers_lost: int = 0  # worker processes that died (their finished games are counted and kept)
+    server_calls: int = 0  # inference server: forward calls, and seconds its evaluator was busy
+    server_busy: float = 0.0
     seconds: float = 0.0
     interrupted: bool = False
     files: list[str] = field(default_factory=list)
@@ -261,6 +281,13 @@ class SelfPlayStats:
             line += f", vs USI engine {self.usi_games} games W/L/D {self.usi_wld}"
         if self.dropped:
             line += f", {self.dropped} dropped (engine crash or timeout)"
+        if self.server_calls:
+            line += (
+                f", inference server {self.nn_positions / self.server_calls:.0f} rows/call, "
+                f"busy {100 * self.server_busy / max(self.seconds, 1e-9):.0f}%"
+            )
+        if self.workers_lost:
+            line += f", {self.workers_lost} worker process(es) died"
         if self.interrupted:
             line += " (interrupted: unfinished games dropped)"
         return line + "".join(f"\n  wrote {f}" for f in self.files)
@@ -442,7 +469,7 @@ class _Group:
     """Games that share one leaf batch (one network call per step)."""
 
     batch: LeafBatch
-    search: GumbelSearch
+    search: TreeSearch
     slots: list[_Game | None]
     future: Future | None = None
 
@@ -476,7 +503,7 @@ class _Runner:
         for g in range(groups):
             slots = parallel // groups + (g < parallel % groups)
             batch = LeafBatch(slots * (config.considered + 1), evaluator.input2)
-            self.groups.append(_Group(batch, GumbelSearch(params, self.cache, batch), [None] * slots))
+            self.groups.append(_Group(batch, TreeSearch(params, self.cache, batch), [None] * slots))
 
     def _finish(self, game: _Game, result: int) -> None:
         game.record.result = result
@@ -614,17 +641,51 @@ def _threads(config: SelfPlayConfig) -> int:
     return config.threads or max(1, (os.cpu_count() or 1) // config.processes)
 
 
-def _make_evaluator(config: SelfPlayConfig, log: Callable[[str], None] | None = None) -> Evaluator:
+def _make_evaluator(
+    config: SelfPlayConfig,
+    log: Callable[[str], None] | None = None,
+    max_batch: int | None = None,
+    threads: int | None = None,
+) -> Evaluator:
     """The configured evaluator, its CPU threads limited so that worker processes do not oversubscribe."""
     import torch
 
     from engine.backends import create_evaluator
 
-    torch.set_num_threads(_threads(config))
+    threads = threads or _threads(config)
+    torch.set_num_threads(threads)
     kwargs = {"log": log} if log is not None else {}
     return create_evaluator(
-        config.model, config.backend, config.batch, config.device, threads=_threads(config), **kwargs
+        config.model, config.backend, max_batch or config.batch, config.device, threads=threads, **kwargs
     )
+
+
+def _server_evaluator(config: SelfPlayConfig, max_batch: int) -> Evaluator:
+    """The inference server's evaluator: the configured model, with every CPU thread (it is the only one)."""
+    return _make_evaluator(config, max_batch=max_batch, threads=config.threads or os.cpu_count() or 1)
+
+
+def _gpu_backend(config: SelfPlayConfig) -> bool:
+    """Whether the configured evaluator would run on a GPU, decided without building it."""
+    from engine.backends import choose_backend, default_model_path, model_kind, probe_platform
+
+    path = Path(config.model) if config.model else default_model_path()
+    try:
+        choice = choose_backend(config.backend, model_kind(path), probe_platform(config.device))
+    except UserError:
+        return False  # building the evaluator reports it
+    return choice.device == "cuda"
+
+
+def _server_factory(config: SelfPlayConfig, shared: EvaluatorFactory | None) -> EvaluatorFactory | None:
+    """The factory of the inference server's evaluator, or None to run without a server."""
+    if shared is not None:
+        return shared
+    if config.inference_server == "on" or (
+        config.inference_server == "auto" and config.processes > 1 and _gpu_backend(config)
+    ):
+        return functools.partial(_server_evaluator, config)
+    return None
 
 
 def _run_here(
@@ -649,20 +710,31 @@ def _run_here(
     return stats
 
 
-def _worker(config: SelfPlayConfig, indices: range, tag: str, events: mp.Queue, stop: mp.Event) -> None:
-    """A worker process: its own evaluator and file; progress and final stats go through `events`."""
+def _worker(
+    config: SelfPlayConfig,
+    index: int,
+    indices: range,
+    events: Connection,
+    stop: mp.Event,
+    endpoint: Endpoint | None,
+) -> None:
+    """A worker process: its own file, and its own evaluator or a client of the inference server;
+    progress and final stats go to the parent through its own pipe `events` (a worker killed while
+    writing can garble only its own pipe)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     local_stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: local_stop.set())
     threading.Thread(target=lambda: (stop.wait(), local_stop.set()), daemon=True).start()
     try:
-        on_game: OnGame = lambda *game: events.put(("game", *game))  # noqa: E731
-        stats = _run_here(config, None, indices, on_game, local_stop, tag, log=lambda msg: None)
-        events.put(("done", dataclasses.asdict(stats)))
+        on_game: OnGame = lambda *game: events.send(("game", *game))  # noqa: E731
+        with ClientEvaluator(endpoint) if endpoint else nullcontext() as evaluator:
+            tag = f"-w{index}"
+            stats = _run_here(config, evaluator, indices, on_game, local_stop, tag, log=lambda _: None)
+        events.send(("done", dataclasses.asdict(stats)))
     except UserError as e:
-        events.put(("user_error", str(e)))
+        events.send(("user_error", str(e)))
     except BaseException as e:
-        events.put(("error", f"{type(e).__name__}: {e}"))
+        events.send(("error", f"{type(e).__name__}: {e}"))
 
 
 def _split(games: int, parts: int) -> list[range]:
@@ -670,61 +742,140 @@ def _split(games: int, parts: int) -> list[range]:
     return [range(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
-def _run_processes(config: SelfPlayConfig, stop: threading.Event) -> SelfPlayStats:
+class _Workers:
+    """The parent's view of the worker processes: live progress, final stats, failures and deaths
+    (a worker whose pipe ends before its report died: killed or crashed)."""
+
+    def __init__(
+        self, config: SelfPlayConfig, procs: list, events: list[Connection], stop_all: mp.Event
+    ) -> None:
+        self.config, self.procs, self.events, self.stop_all = config, procs, events, stop_all
+        self.live = [SelfPlayStats() for _ in procs]  # from game events: what a dead worker finished
+        self.done: dict[int, SelfPlayStats] = {}
+        self.dead: set[int] = set()
+        self.errors: list[str] = []
+        self.user_errors: list[str] = []
+        self.reported: set[int] = set()
+
+    def _handle(self, index: int, event: tuple) -> None:
+        kind, *rest = event
+        if kind == "game":
+            self.live[index].add_game(*rest)
+            return
+        self.reported.add(index)
+        if kind == "done":
+            self.done[index] = SelfPlayStats(**rest[0])
+        else:
+            (self.user_errors if kind == "user_error" else self.errors).append(rest[0])
+            self.stop_all.set()  # a worker that failed (rather than died) ends the run
+
+    def _ended(self, index: int) -> None:
+        """Its pipe is closed: after its report, or it died."""
+        self.events[index].close()
+        if index not in self.reported:
+            self.procs[index].join(5)
+            self.dead.add(index)
+            code = self.procs[index].exitcode
+            _warn(f"worker {index} died (exit code {code}); its finished games are kept, the others play on")
+
+    def collect(self, stop: threading.Event) -> SelfPlayStats:
+        start = time.perf_counter()
+        shown = SelfPlayStats()
+        open_pipes = dict(enumerate(self.events))
+        with _progress_bar(self.config) as bar:
+            while open_pipes:
+                if stop.is_set():
+                    self.stop_all.set()
+                ready = ready_connections(list(open_pipes.values()), 0.2)
+                for i, conn in list(open_pipes.items()):
+                    if conn not in ready:
+                        continue
+                    try:
+                        event = conn.recv()
+                    except (EOFError, OSError, pickle.UnpicklingError):
+                        del open_pipes[i]
+                        self._ended(i)
+                        continue
+                    self._handle(i, event)
+                    if event[0] == "game":
+                        shown.add_game(*event[1:])
+                        _show(bar, shown, start)
+        for p in self.procs:
+            p.join()
+        total = SelfPlayStats()
+        for i in range(len(self.procs)):
+            if i in self.done:
+                total.merge(self.done[i])
+            elif i in self.dead:
+                total.merge(self.live[i])
+                total.workers_lost += 1
+        return total  # seconds: the longest worker's games, as in one process (not start-up or build)
+
+
+def _run_processes(
+    config: SelfPlayConfig, stop: threading.Event, shared: EvaluatorFactory | None = None
+) -> SelfPlayStats:
     ctx = mp.get_context("spawn")
-    events = ctx.Queue()
     stop_all = ctx.Event()
     parts = [r for r in _split(config.games, config.processes) if len(r)]
-    procs = [
-        ctx.Process(target=_worker, args=(config, r, f"-w{i}", events, stop_all), daemon=True)
-        for i, r in enumerate(parts)
-    ]
-    for p in procs:
-        p.start()
-    total, live, errors, user_errors = SelfPlayStats(), SelfPlayStats(), [], []
-    start = time.perf_counter()
-    remaining = len(procs)
-    with _progress_bar(config) as bar:
-        while remaining:
-            if stop.is_set():
-                stop_all.set()
-            try:
-                event = events.get(timeout=0.2)
-            except queue.Empty:
-                if not any(p.is_alive() for p in procs):
-                    errors.append("a worker process died")
-                    break
-                continue
-            if event[0] == "game":
-                live.add_game(*event[1:])
-                _show(bar, live, start)
-            elif event[0] == "done":
-                total.merge(SelfPlayStats(**event[1]))
-                remaining -= 1
-            else:
-                (user_errors if event[0] == "user_error" else errors).append(event[1])
-                remaining -= 1
-                stop_all.set()  # one failed worker ends the run
-    for p in procs:
-        p.join()
-    if user_errors:
-        raise UserError(user_errors[0])
-    if errors:
-        raise RuntimeError(f"self-play worker failed: {errors[0]}")
-    total.seconds = time.perf_counter() - start
+    factory = _server_factory(config, shared)
+    server = endpoints = None
+    if factory is not None:
+        batch = config.batch * len(parts)  # room for a full batch of every worker in one call
+        server = InferenceServer(functools.partial(factory, batch), len(parts), config.batch, ctx=ctx)
+        endpoints = server.start()
+    if stop.is_set() and server is not None:  # interrupted while the server built its evaluator
+        server.close()
+        return SelfPlayStats(interrupted=True)
+    try:
+        pipes = [ctx.Pipe(duplex=False) for _ in parts]  # (parent's receiving end, worker's sending end)
+        procs = [
+            ctx.Process(
+                target=_worker,
+                args=(config, i, r, pipes[i][1], stop_all, endpoints[i] if endpoints else None),
+                name=f"selfplay-w{i}",
+                daemon=True,
+            )
+            for i, r in enumerate(parts)
+        ]
+        for p in procs:
+            p.start()
+        for _, sender in pipes:
+            sender.close()  # the worker's copy is the only one: its death ends the pipe
+        if server is not None:
+            server.handed_over()
+        workers = _Workers(config, procs, [receiver for receiver, _ in pipes], stop_all)
+        total = workers.collect(stop)
+    finally:
+        served = server.close() if server is not None else None
+    if workers.user_errors:
+        raise UserError(workers.user_errors[0])
+    if workers.errors:
+        why = f" (inference server: {server.error})" if server is not None and server.error else ""
+        raise RuntimeError(f"self-play worker failed: {workers.errors[0]}{why}")
+    if served is not None:
+        total.server_calls, total.server_busy = served.calls, served.busy_seconds
+    # stopped before every game was played, even before any started (during an engine build, say)
+    total.interrupted = total.interrupted or (stop.is_set() and total.games + total.dropped < config.games)
     return total
 
 
-def run_selfplay(config: SelfPlayConfig, evaluator: Evaluator | None = None) -> SelfPlayStats:
-    """Play `config.games` games and write them to one new file per process under `config.out_dir`."""
+def run_selfplay(
+    config: SelfPlayConfig,
+    evaluator: Evaluator | None = None,
+    shared_evaluator: EvaluatorFactory | None = None,
+) -> SelfPlayStats:
+    """Play `config.games` games and write them to one new file per process under `config.out_dir`.
+
+    shared_evaluator: a picklable max_batch -> Evaluator run by the inference server for every worker
+    (benchmarks and tests: a latency model, a test network); by default the configured model."""
     config.validate()
-    Path(config.out_dir).mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     with _stop_on_signals(stop):
-        if config.processes > 1:
+        if config.processes > 1 or shared_evaluator is not None or config.inference_server == "on":
             if evaluator is not None:
-                raise ValueError("processes > 1 builds one evaluator per worker; do not pass one")
-            return _run_processes(config, stop)
+                raise ValueError("worker processes build their evaluator or share the server's; pass none")
+            return _run_processes(config, stop, shared_evaluator)
         start = time.perf_counter()
         stats = SelfPlayStats()
         with _progress_bar(config) as bar:

@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 
 from engine.moves import NUM_MOVE_LABELS
-from engine.network import value_to_eval
 from engine.records import (
     DATA,
     MOVE_INFO,
@@ -34,6 +33,7 @@ from engine.records import (
     Hcpe3Writer,
     append_data,
 )
+from engine.score import value_to_eval
 
 FORMATS = ("hcpe3", "data")
 VISIT_SCALE = 65535  # hcpe3 visitNum holds round(p * 65535) of the improved policy

@@ -3,10 +3,14 @@ import numpy as np
 import pytest
 
 from engine.backend_torch import TorchEvaluator
+from engine.gumbel_search import SearchParams as GumbelParams
+from engine.gumbel_search import search_position
 from engine.network import build, preset
 from engine.puct import Node, Search, SearchControl, SearchParams, policy_move, puct_select
+from engine.puct_tree import FastSearch
 
 MATE_IN_1 = "4k4/9/4P4/9/9/9/9/9/4K4 b G2r2b3g4s4n4l17p 1"
+MIDDLE_GAME = "ln1g3nl/1r1sk1g2/p1pppp1pp/1p4p2/9/2P3P2/PP1PPP1PP/1BG1K2R1/LNS2GSNL b BSs 1"
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +22,12 @@ def legal(board, move):
     return move in set(board.legal_moves)
 
 
-def test_search_respects_playouts_and_returns_legal_move(evaluator):
-    s = Search(evaluator, SearchParams(), batch_size=8)
+both_trees = pytest.mark.parametrize("search_type", [Search, FastSearch])  # reference, flat arrays
+
+
+@both_trees
+def test_search_respects_playouts_and_returns_legal_move(evaluator, search_type):
+    s = search_type(evaluator, SearchParams(), batch_size=8)
     s.set_position(cshogi.STARTING_SFEN, [])
     r = s.run(SearchControl(max_playouts=40))
     assert 40 <= r.playouts < 40 + 8 + 1  # whole batches, one batch of overshoot at most
@@ -30,30 +38,38 @@ def test_search_respects_playouts_and_returns_legal_move(evaluator):
     assert np.isclose(root.w, root.child_w.sum())
 
 
-def test_tree_finds_mate_in_one_with_exact_values(evaluator):
-    s = Search(evaluator, SearchParams(), batch_size=4)
+@both_trees
+def test_tree_finds_mate_in_one_with_exact_values(evaluator, search_type):
+    s = search_type(evaluator, SearchParams(), batch_size=4)
     s.set_position(MATE_IN_1, [])
     r = s.run(SearchControl(max_playouts=200))
     assert cshogi.move_to_usi(r.bestmove) == "G*5b"
     assert r.mate_plies == 1 and r.value == 1.0
 
 
-def test_subtree_is_reused_for_a_descendant(evaluator):
-    s = Search(evaluator, SearchParams(), batch_size=8)
+@both_trees
+def test_subtree_is_reused_for_a_descendant(evaluator, search_type):
+    s = search_type(evaluator, SearchParams(), batch_size=8)
     s.set_position(cshogi.STARTING_SFEN, [])
     r = s.run(SearchControl(max_playouts=64))
     reply = r.pv[1] if len(r.pv) > 1 else None
     assert reply is not None
     child = s.root.children[int(np.flatnonzero(s.root.moves == r.bestmove)[0])]
     grandchild = child.children[int(np.flatnonzero(child.moves == reply)[0])]
+    assert grandchild is not None and grandchild.moves is not None
+    kept = (grandchild.n, grandchild.child_n.copy(), grandchild.moves.copy())
     s.set_position(cshogi.STARTING_SFEN, [r.bestmove, reply])
-    if grandchild is not None and grandchild.moves is not None:
-        assert s.root is grandchild
+    assert s.root.n == kept[0] and s.nodes == kept[0] + 1
+    np.testing.assert_array_equal(s.root.child_n, kept[1])
+    np.testing.assert_array_equal(s.root.moves, kept[2])
+    s.run(SearchControl(max_playouts=kept[0] + 16))  # searching on from the kept statistics
+    assert s.root.n >= kept[0] + 16
     s.set_position(cshogi.STARTING_SFEN, [])  # not a descendant: fresh tree
     assert s.root is None
 
 
-def test_repetition_before_the_root_counts(evaluator):
+@both_trees
+def test_repetition_before_the_root_counts(evaluator, search_type):
     # shuffle rooks/kings back and forth: the position after 8 plies repeats the start three times
     cycle = ["5i5h", "5a5b", "5h5i", "5b5a"]
     board = cshogi.Board()
@@ -62,22 +78,62 @@ def test_repetition_before_the_root_counts(evaluator):
         m = board.move_from_usi(u)
         board.push(m)
         moves.append(m)
-    s = Search(evaluator, SearchParams(draw_value_black=0.0, draw_value_white=0.0), batch_size=4)
+    s = search_type(evaluator, SearchParams(draw_value_black=0.0, draw_value_white=0.0), batch_size=4)
     s.set_position(cshogi.STARTING_SFEN, moves[:-1])  # one ply before the 4th occurrence
     r = s.run(SearchControl(max_playouts=300))
     # with a draw worth 0 to us, the repeating king move (back to 5a) must not be preferred
     assert cshogi.move_to_usi(r.bestmove) != "5b5a"
 
 
-def test_gumbel_root_spends_its_budget_on_halving(evaluator):
+@pytest.mark.parametrize("sfen", [cshogi.STARTING_SFEN, MIDDLE_GAME])
+def test_gumbel_mode_is_the_selfplay_search(evaluator, sfen):
+    """Search_Mode gumbel (with its noise on) plays self-play's move and computes its policy target
+    for the same seed and budget; self-play's side here is the readable reference implementation."""
+    for seed in range(3):
+        s = Search(evaluator, SearchParams(mode="gumbel", gumbel_noise=True), batch_size=4)
+        s.set_position(sfen, [])
+        r = s.run(SearchControl(max_playouts=32), rng=np.random.default_rng(seed))
+        ref = search_position(
+            cshogi.Board(sfen), evaluator, GumbelParams(sims=32, max_moves=None), np.random.default_rng(seed)
+        )
+        assert r.bestmove == ref.moves[ref.choice]
+        assert r.playouts == 32 and r.pv[0] == r.bestmove
+        np.testing.assert_allclose(s.gumbel_result.policy, ref.policy, rtol=1e-9, atol=1e-12)
+
+
+def test_gumbel_noise_is_off_in_play_unless_asked(evaluator):
+    def search(seed, noise):
+        s = Search(evaluator, SearchParams(mode="gumbel", gumbel_noise=noise), batch_size=4)
+        s.set_position(MIDDLE_GAME, [])
+        s.run(SearchControl(max_playouts=16), rng=np.random.default_rng(seed))
+        return s.gumbel_result
+
+    quiet = [search(seed, False) for seed in range(4)]
+    assert all(q.choice == quiet[0].choice and np.array_equal(q.policy, quiet[0].policy) for q in quiet)
+    noisy = [search(seed, True) for seed in range(4)]
+    assert any(not np.array_equal(q.policy, noisy[0].policy) for q in noisy)
+
+
+def test_gumbel_mode_stops_at_the_hard_deadline(evaluator):
     s = Search(evaluator, SearchParams(mode="gumbel"), batch_size=4)
     s.set_position(cshogi.STARTING_SFEN, [])
-    r = s.run(SearchControl(max_playouts=32), rng=np.random.default_rng(0))
-    root = s.root
-    assert legal(s.board, r.bestmove)
-    assert root.child_n.sum() >= 32
-    assert (root.child_n > 0).sum() <= 16  # only the Gumbel-top-16 actions are visited
-    assert root.child_n[int(np.flatnonzero(root.moves == r.bestmove)[0])] == root.child_n.max()
+    control = SearchControl(max_playouts=100_000)
+    control.hard = control.start  # already past: the first round ends the search
+    r = s.run(control, rng=np.random.default_rng(0))
+    assert legal(s.board, r.bestmove) and r.playouts < 100
+
+
+def test_cache_is_bounded_and_shared_by_both_modes(evaluator):
+    s = Search(evaluator, SearchParams(cache_size=50), batch_size=8)
+    s.set_position(cshogi.STARTING_SFEN, [])
+    s.run(SearchControl(max_playouts=400))
+    assert len(s.cache) == 50 and s.cache.misses > 50  # full, never past its bound
+    s = Search(evaluator, SearchParams(), batch_size=8)
+    s.set_position(cshogi.STARTING_SFEN, [])
+    s.run(SearchControl(max_playouts=100))
+    s.params.mode = "gumbel"
+    s.run(SearchControl(max_playouts=32), rng=np.random.default_rng(0))
+    assert s.cache.hits > 0  # the gumbel search found the PUCT search's positions
 
 
 def test_puct_select_prefers_prior_then_value():

@@ -81,6 +81,8 @@ class LoopConfig:
     sims: str = "32"
     parallel: str = "64"
     selfplay_batch: str = "256"
+    selfplay_processes: int = 1  # search processes (bin/selfplay --processes)
+    inference_server: str = "auto"  # one network process for all of them: auto (on a GPU), on, off
     max_moves: int = 320
     random_plies: int = 0
     # self-play games against an external USI engine (bootstrapping from it, as dlshogi did from elmo)
@@ -275,6 +277,8 @@ def selfplay_config(cfg: LoopConfig, g: int, folder: Path, model: Path, before: 
         backend=cfg.backend,
         device=cfg.device,
         batch=at_generation(s["selfplay_batch"], g),
+        processes=cfg.selfplay_processes,
+        inference_server=cfg.inference_server,
         progress=cfg.progress,
         usi_engine=cfg.usi_engine or None,
         usi_options=cfg.usi_options(),

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The search's own ceiling: self-play and the USI PUCT search with a network that costs nothing
+(engine.evaluator.UniformEvaluator), so only tree work, cshogi's board work and feature building remain.
+
+Each figure is printed next to the same run's figure for a reference checkout (default /work/ref, the
+"today" commit): both run in child processes (PYTHONPATH = the checkout), alternated, best of
+--repeat. Usage: bench/search_ceiling.py [--ref DIR] [--repeat N] [--games G] [--sims S]
+[--max-moves M] [--playouts P] [--batch B]; --profile {ours,ref} prints a cProfile of null self-play.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _uniform_evaluator(max_batch: int):
+    """Our UniformEvaluator, loaded from this checkout's file whichever `engine` package is imported
+    (the reference predates it; the searches only use the Evaluator interface)."""
+    spec = importlib.util.spec_from_file_location("_bench_evaluator", ROOT / "engine" / "evaluator.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.UniformEvaluator(max_batch)
+
+
+def _ours() -> bool:
+    """Whether the `engine` package imported is this checkout's (the editable install would also
+    serve modules the reference lacks from here, so the reference must not ask for them)."""
+    import engine
+
+    return Path(engine.__file__).resolve().parent == ROOT / "engine"
+
+
+def selfplay_figures(games: int, sims: int, max_moves: int) -> dict[str, float]:
+    from engine.selfplay import SelfPlayConfig, run_selfplay
+
+    if _ours():  # load the compiled kernels before the clock starts (a one-time cost per process)
+        from engine.features import FEATURES2_NUM
+        from engine.gumbel_tree import warm_up
+
+        warm_up(FEATURES2_NUM)
+
+    with tempfile.TemporaryDirectory() as out:
+        config = SelfPlayConfig(
+            out_dir=out, games=games, parallel=games, sims=sims, max_moves=max_moves, progress=False
+        )
+        stats = run_selfplay(config, evaluator=_uniform_evaluator(config.batch))
+    lookups = stats.cache_hits + stats.nn_positions
+    return {
+        "selfplay rows/s": stats.nn_positions / stats.seconds,
+        "selfplay positions/s": stats.positions / stats.seconds,
+        "selfplay sims/s": stats.positions * sims / stats.seconds,
+        "selfplay rows/call": stats.nn_positions / max(stats.nn_batches, 1),
+        "selfplay cache hit %": 100.0 * stats.cache_hits / max(lookups, 1),
+    }
+
+
+def puct_figures(playouts: int, batch: int) -> dict[str, float]:
+    from bench.nps import POSITIONS
+    from engine.puct import Search, SearchControl, SearchParams
+
+    if _ours():
+        from engine.puct_tree import FastSearch as Search
+
+    ev = _uniform_evaluator(batch)
+    out = {}
+    for name, (sfen, moves) in POSITIONS.items():
+        search = Search(ev, SearchParams(), batch_size=batch)
+        search.set_position(sfen, moves)
+        search.evaluate_root()
+        start = time.perf_counter()
+        r = search.run(SearchControl(max_playouts=playouts))
+        out[f"puct {name} playouts/s"] = r.playouts / (time.perf_counter() - start)
+    return out
+
+
+def measure(args: argparse.Namespace) -> dict[str, float]:
+    figures = selfplay_figures(args.games, args.sims, args.max_moves)
+    figures.update(puct_figures(args.playouts, args.batch))
+    return figures
+
+
+def profile(args: argparse.Namespace) -> None:
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    selfplay_figures(args.games, args.sims, args.max_moves)
+    prof.disable()
+    pstats.Stats(prof).sort_stats(args.sort).print_stats(15)
+
+
+def run_child(checkout: Path, args: argparse.Namespace, extra: list[str]) -> str:
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    cmd = [sys.executable, str(Path(__file__).resolve()), *extra]
+    cmd += ["--games", str(args.games), "--sims", str(args.sims), "--max-moves", str(args.max_moves)]
+    cmd += ["--playouts", str(args.playouts), "--batch", str(args.batch)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=checkout)
+    if done.returncode:
+        raise SystemExit(f"search_ceiling: {checkout} failed:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ref", type=Path, default=Path("/work/ref"), help="reference checkout")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per side (best of)")
+    ap.add_argument("--games", type=int, default=64)
+    ap.add_argument("--sims", type=int, default=32)
+    ap.add_argument("--max-moves", type=int, default=80, help="plies per game (short games keep it quick)")
+    ap.add_argument("--playouts", type=int, default=20000, help="PUCT playouts per position")
+    ap.add_argument("--batch", type=int, default=32, help="PUCT batch size")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--profile", choices=("ours", "ref"), help="cProfile null self-play of one side")
+    ap.add_argument("--sort", default="tottime", help="cProfile sort key for --profile")
+    ap.add_argument("--profile-here", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(measure(args)))
+        return 0
+    if args.profile_here:
+        profile(args)
+        return 0
+    if args.profile:
+        side = ROOT if args.profile == "ours" else args.ref
+        print(run_child(side, args, ["--profile-here", "--sort", args.sort]))
+        return 0
+    best: dict[str, dict[str, float]] = {"ours": {}, "ref": {}}
+    for _ in range(args.repeat):
+        for side, checkout in (("ref", args.ref), ("ours", ROOT)):
+            for key, value in json.loads(run_child(checkout, args, ["--child"])).items():
+                rate = key.endswith("/s")  # rates: best of; the others do not depend on speed
+                best[side][key] = max(value, best[side].get(key, value)) if rate else value
+    print(
+        f"zero-cost evaluator; {args.games} games x {args.sims} sims, max {args.max_moves} plies; "
+        f"PUCT batch {args.batch}, {args.playouts} playouts; best of {args.repeat}"
+    )
+    print(f"{'measure':30} {'ours':>10} {'reference':>10} {'ratio':>7}")
+    for key, ours in best["ours"].items():
+        ref = best["ref"].get(key, float("nan"))
+        print(f"{key:30} {ours:10.1f} {ref:10.1f} {ours / ref if ref else float('nan'):7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

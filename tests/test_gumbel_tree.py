@@ -1,0 +1,91 @@
+"""The fast Gumbel search (flat-array tree, numba kernels) against the readable reference
+(engine.gumbel_search): same moves, same policy targets, same games."""
+
+import cshogi
+import numpy as np
+import pytest
+
+import engine.selfplay
+from engine.backend_torch import TorchEvaluator
+from engine.eval_cache import EvalCache
+from engine.evaluator import UniformEvaluator
+from engine.gumbel_search import GumbelSearch, SearchParams, search_position
+from engine.gumbel_tree import TreeSearch
+from engine.network import build, preset
+from engine.records import iter_hcpe3_games
+from engine.selfplay import SelfPlayConfig, run_selfplay
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    return TorchEvaluator(build(preset("tiny"), seed=0), max_batch=64)
+
+
+def _both(board, evaluator, params, seed):
+    return [
+        search_position(board, evaluator, params, np.random.default_rng(seed), EvalCache(500), search_type=t)
+        for t in (GumbelSearch, TreeSearch)
+    ]
+
+
+def _assert_same(ref, fast):
+    assert fast.moves == ref.moves
+    np.testing.assert_array_equal(fast.labels, ref.labels)
+    assert fast.choice == ref.choice
+    np.testing.assert_allclose(fast.policy, ref.policy, rtol=1e-9, atol=1e-12)
+    assert fast.value == pytest.approx(ref.value, rel=1e-9)
+
+
+@pytest.mark.parametrize(("sims", "considered"), [(8, 4), (32, 16)])
+def test_fast_search_agrees_with_reference(evaluator, positions, sims, considered):
+    params = SearchParams(sims=sims, considered=considered, max_moves=200)
+    searched = 0
+    for i, board in enumerate(positions[:16]):
+        if board.is_game_over():
+            continue
+        sfen = board.sfen()
+        ref, fast = _both(board, evaluator, params, seed=i)
+        _assert_same(ref, fast)
+        assert board.sfen() == sfen  # both leave the board as it was
+        searched += 1
+    assert searched >= 12
+
+
+def test_agrees_with_flat_priors_and_exact_leaves():
+    """Flat logits make every comparison a tie (first index wins in both); a mate in one and the
+    move limit give exact leaves."""
+    ev = UniformEvaluator(64)
+    boards = [cshogi.Board(), cshogi.Board("4k4/9/4P4/9/9/9/9/9/4K4 b G2r2b3g4s4n4l17p 1")]
+    for board in boards:
+        for max_moves in (None, board.move_number + 1):
+            params = SearchParams(sims=32, considered=16, max_moves=max_moves, draw_value=0.3)
+            _assert_same(*_both(board, ev, params, seed=5))
+
+
+def test_edge_arrays_grow_for_positions_with_many_moves(evaluator):
+    """A position with hundreds of legal moves (drops) outgrows the initial 128 edges a node."""
+    board = cshogi.Board("8k/9/9/9/9/9/9/9/K8 b RBGSNLP2r2b3g3s3n3l17p 1")
+    assert len(list(board.legal_moves)) > 2 * 128
+    _assert_same(*_both(board, evaluator, SearchParams(sims=4, considered=2), seed=1))
+
+
+def test_selfplay_writes_the_same_games_as_the_reference(evaluator, tmp_path, monkeypatch):
+    def games(out):
+        config = SelfPlayConfig(
+            out_dir=out, games=6, parallel=3, sims=16, considered=8, max_moves=30, random_plies=4, seed=7,
+            progress=False,
+        )  # fmt: skip
+        run_selfplay(config, evaluator)
+        (path,) = out.glob("*.hcpe3")
+        return list(iter_hcpe3_games(path))
+
+    fast = games(tmp_path / "fast")
+    monkeypatch.setattr(engine.selfplay, "TreeSearch", GumbelSearch)
+    ref = games(tmp_path / "ref")
+    assert len(fast) == len(ref) == 6
+    for f, r in zip(fast, ref, strict=True):
+        assert f.result == r.result
+        np.testing.assert_array_equal(f.moves, r.moves)
+        for cf, cr in zip(f.candidates, r.candidates, strict=True):
+            np.testing.assert_array_equal(cf["move16"], cr["move16"])
+            assert np.abs(cf["visitNum"].astype(int) - cr["visitNum"].astype(int)).max() <= 1
