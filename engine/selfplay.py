@@ -121,6 +121,7 @@ class SelfPlayConfig:
     format: str = "hcpe3"
     cache_size: int = 300_000
     model: str | None = None
+    activation: str | None = None  # relu|swish of a dlshogi checkpoint/npz that does not say
     backend: str = "auto"
     device: str | None = None
     batch: int = 256  # the evaluator's max batch; bigger leaf batches are split
@@ -656,7 +657,13 @@ def _make_evaluator(
     torch.set_num_threads(threads)
     kwargs = {"log": log} if log is not None else {}
     return create_evaluator(
-        config.model, config.backend, max_batch or config.batch, config.device, threads=threads, **kwargs
+        config.model,
+        config.backend,
+        max_batch or config.batch,
+        config.device,
+        threads=threads,
+        activation=config.activation,
+        **kwargs,
     )
 
 

@@ -299,3 +299,15 @@ def test_train_cli_converts_without_training(tmp_path, boards, reference):
         proc = run(*args)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("train: error:"), proc.stderr
+
+
+def test_selfplay_runs_a_dlshogi_npz_given_its_activation(tmp_path, monkeypatch):
+    from engine.selfplay import SelfPlayConfig, run_selfplay
+
+    monkeypatch.setenv("GUMBEL_SHOGI_CACHE", str(tmp_path / "cache"))
+    config = dict(games=1, parallel=1, sims=4, max_moves=12, backend="onnx", progress=False)
+    npz = str(FIXTURES / "train-r5x64s.npz")
+    with pytest.raises(UserError, match="activation"):
+        run_selfplay(SelfPlayConfig(out_dir=str(tmp_path / "a"), model=npz, **config))
+    stats = run_selfplay(SelfPlayConfig(out_dir=str(tmp_path / "b"), model=npz, activation="swish", **config))
+    assert stats.games == 1 and list((tmp_path / "b").glob("*.hcpe3"))

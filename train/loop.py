@@ -75,6 +75,7 @@ class LoopConfig:
     generations: int = 10
     network: str = "small"
     init: str | None = None  # start from this checkpoint (gen 0) instead of a random-init network
+    activation: str | None = None  # relu|swish of a dlshogi --init checkpoint that does not say
     seed: int = 0
     # self-play (schedules: "a:b:c" = per-generation values, the last repeated)
     games: str = "200"
@@ -579,7 +580,7 @@ def init_generation0(cfg: LoopConfig, paths: RunPaths, state: LoopState, log: Ca
         return
     ckpt = paths.checkpoint(0)
     if cfg.init:
-        net = load_model(cfg.init)
+        net = load_model(cfg.init, cfg.activation)
         if not ckpt.exists():
             save_checkpoint(ckpt, net, generation=0, source=str(cfg.init))
             log(f"gen 0: {cfg.init} ({net.config.blocks}x{net.config.channels}) -> {ckpt}")
