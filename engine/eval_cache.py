@@ -10,6 +10,7 @@ cleared all at once.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from typing import NamedTuple
 
@@ -20,6 +21,9 @@ class CacheEntry(NamedTuple):
     moves: np.ndarray  # int32 legal moves
     logits: np.ndarray  # float32, one per legal move
     value: float
+
+
+_entry = functools.partial(tuple.__new__, CacheEntry)  # a CacheEntry without its Python-level __new__
 
 
 class EvalCache:
@@ -45,10 +49,13 @@ class EvalCache:
     def put(self, key: int, moves: np.ndarray, logits: np.ndarray, value: float) -> None:
         if self.capacity == 0:
             return
-        self._data[key] = CacheEntry(np.asarray(moves, dtype=np.int32), logits, value)
-        self._data.move_to_end(key)
-        if len(self._data) > self.capacity:
-            self._data.popitem(last=False)
+        if moves.dtype != np.int32:
+            moves = moves.astype(np.int32)
+        data = self._data
+        data[key] = _entry((moves, logits, value))
+        data.move_to_end(key)
+        if len(data) > self.capacity:
+            data.popitem(last=False)
 
     @property
     def hit_rate(self) -> float:

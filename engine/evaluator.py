@@ -24,6 +24,9 @@ class Evaluator(ABC):
     if they must outlive it."""
 
     name: str = "abstract"
+    # Whether a call is worth running beside the search (it spends its time outside the GIL, on a GPU or
+    # in a runtime's own threads); self-play calls one that is not in its own thread, with no hand-off.
+    overlaps: bool = True
 
     def __init__(self, max_batch: int, input2: int) -> None:
         if max_batch < 1:
@@ -89,14 +92,31 @@ class UniformEvaluator(Evaluator):
     ceiling (bench/search_ceiling.py) and drives search tests that must not depend on a model."""
 
     name = "uniform"
+    overlaps = False
 
     def __init__(self, max_batch: int = 256, input2: int = FEATURES2_NUM) -> None:
         super().__init__(max_batch, input2)
         self._policy = np.zeros((max_batch, NUM_MOVE_LABELS), dtype=np.float32)
         self._value = np.full(max_batch, 0.5, dtype=np.float32)
+        self._answer = _constant(self._policy.copy(), self._value.copy())
 
     def _run(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         return self._policy[:n], self._value[:n]
+
+    def evaluate_features(self, x1: np.ndarray, x2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The answer does not depend on the rows, so they are not even read (or copied in); it is a
+        read-only view of constant arrays (grown as needed), not fresh ones."""
+        n = len(x1)
+        if n > len(self._answer[1]):
+            self._answer = _constant(np.zeros((n, NUM_MOVE_LABELS), np.float32), np.full(n, 0.5, np.float32))
+        return self._answer[0][:n], self._answer[1][:n]
+
+
+def _constant(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The arrays made read-only: an answer shared by every call must not be changed by a caller."""
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays
 
 
 class LatencyModelEvaluator(Evaluator):

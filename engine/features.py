@@ -50,8 +50,10 @@ def alloc_features(n: int, planes2: int | None = None) -> tuple[np.ndarray, np.n
 
 
 def fill_features(board: cshogi.Board, x1: np.ndarray, x2: np.ndarray) -> None:
-    """Write one position's features into views x1 [62,9,9] and x2 [57|119,9,9] (zeroed by cshogi)."""
-    dl.make_input_features(board, x1, x2)
+    """Write one position's features into views x1 [62,9,9] and x2 [57|119,9,9] (zeroed by cshogi).
+    Calls the board's method that cshogi.dlshogi.make_input_features wraps: one Python call less per
+    position on the search's hot path."""
+    board._dlshogi_make_input_features(x1, x2)
 
 
 def features_from_boards(

@@ -21,7 +21,7 @@ from engine.eval_cache import EvalCache
 from engine.evaluator import UniformEvaluator
 from engine.gumbel_search import LeafBatch, SearchParams, SearchResult, search_position
 from engine.moves import label_table
-from engine.rules import terminal
+from engine.rules import terminal_and_moves
 
 MAX_LEGAL_MOVES = 593  # the most legal moves a shogi position can have
 _NO_LOGITS = np.empty(0, dtype=np.float32)
@@ -32,9 +32,11 @@ _EDGE_ARRAYS = ("child", "N", "W", "logit", "prob", "move", "label")
 
 class Tree:
     """Preallocated arrays for one search of at most `max_nodes` nodes (see engine.tree_kernels);
-    the edge arrays start at room for 128 legal moves a node and double when a search needs more."""
+    the edge arrays start at room for 128 legal moves a node and double when a search needs more.
+    `slots` leaves of a round can wait on the network at once: their nodes, batch rows and paths
+    (paths[slot, :length]) are kept here until the batch is evaluated."""
 
-    def __init__(self, max_nodes: int) -> None:
+    def __init__(self, max_nodes: int, slots: int) -> None:
         edges = max_nodes * 128
         self.first = np.zeros(max_nodes + 1, dtype=np.int32)
         self.value = np.zeros(max_nodes, dtype=np.float64)  # the network's or the exact value
@@ -47,24 +49,29 @@ class Tree:
         self.prob = np.empty(edges, dtype=np.float64)
         self.move = np.empty(edges, dtype=np.int32)
         self.label = np.empty(edges, dtype=np.int64)
-        self.path = np.empty(max_nodes + 1, dtype=np.int64)
-        self.path_moves = np.empty(max_nodes + 1, dtype=np.int64)
+        self.paths = np.empty((slots, max_nodes + 1), dtype=np.int64)
+        self.path_moves = np.empty((slots, max_nodes + 1), dtype=np.int64)
+        self.lengths = np.empty(slots, dtype=np.int64)
         self.work = np.empty(MAX_LEGAL_MOVES, dtype=np.float64)
         self.round = np.empty(MAX_LEGAL_MOVES, dtype=np.int64)
+        self.wait_node = np.empty(slots, dtype=np.int64)
+        self.wait_row = np.empty(slots, dtype=np.int64)
+        self.wait_slot = np.empty(slots, dtype=np.int64)
+        self.wait_length = np.empty(slots, dtype=np.int64)
+        self.wait_entries: list[tuple[int, np.ndarray]] = []  # (key, moves) of each, for the cache
+        self.logits_out = np.empty(slots * MAX_LEGAL_MOVES, dtype=np.float32)
         self.size = 0
 
     def edges(self, node: int) -> slice:
         return slice(int(self.first[node]), int(self.first[node + 1]))
 
-    def reserve_edges(self, node: int, n: int) -> None:
-        """Room for `node` (the last created) to get n edges."""
-        need = int(self.first[node]) + n
-        if need > len(self.move):
-            for name in _EDGE_ARRAYS:
-                old = getattr(self, name)
-                new = np.empty(max(2 * len(old), need), dtype=old.dtype)
-                new[: len(old)] = old
-                setattr(self, name, new)
+    def grow_edges(self, need: int) -> None:
+        """Room for at least `need` edges."""
+        for name in _EDGE_ARRAYS:
+            old = getattr(self, name)
+            new = np.empty(max(2 * len(old), need), dtype=old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
 
 
 class TreeSearch:
@@ -78,75 +85,85 @@ class TreeSearch:
         self._trees: list[Tree] = []  # idle trees, reused by the next run
         self._table = label_table()
 
-    def _leaf(self, tree: Tree, board: cshogi.Board, root_turn: int, length: int) -> tuple | None:
-        """Create the next node for `board`, reached by tree.path[:length] (length 0: the root). A
-        position the rules decide or the cache knows is backed up at once (None); otherwise returns
-        (path, length, node, key, moves, row): it waits on row `row` of the leaf batch."""
-        t = tree
+    def _leaf(
+        self, t: Tree, board: cshogi.Board, root_turn: int, length: int, slot: int, waiting: int
+    ) -> int:
+        """Create the next node for `board`, reached by t.paths[slot, :length] (length 0: the root).
+        A position the rules decide or the cache knows is backed up at once (returns 0); otherwise
+        it waits on a row of the leaf batch as waiting leaf number `waiting` (returns 1)."""
         node = t.size
         t.size += 1
+        turn = board.turn
         if length:
-            exact = self._exact_value(board, root_turn)
+            p = self.params
+            end, legal = terminal_and_moves(board, p.max_moves)
+            if end is not None:
+                exact = end.value(turn, p.draw_value if turn == root_turn else 1.0 - p.draw_value)
+            elif not board.is_check() and board.mate_move_in_1ply():
+                exact = 1.0
+            else:
+                exact = None
             if exact is not None:
-                tk.set_exact(node, exact, t.first, t.value, t.exact, t.ready, t.path, length, t.N, t.W)
-                return None
+                tk.set_exact(node, exact, t.first, t.value, t.exact, t.ready, t.paths, slot, length, t.N, t.W)
+                return 0
+        else:
+            legal = board.legal_moves
         key = board.zobrist_hash()
         cached = self.cache.get(key)
         if cached is not None:
             moves, logits, v = cached
         else:
-            moves, logits, v = np.fromiter(board.legal_moves, dtype=np.int32), _NO_LOGITS, 0.0
-        t.reserve_edges(node, len(moves))
-        tk.expand(
-            node, moves, logits, v, board.turn, self._table, t.first, t.child, t.N, t.W, t.move, t.label,
-            t.logit, t.prob, t.value, t.ready, t.exact, t.path, length,
-        )  # fmt: skip
+            moves, logits, v = np.fromiter(legal, dtype=np.int32), _NO_LOGITS, 0.0
+        while not tk.expand(
+            node, moves, logits, v, turn, self._table, t.first, t.child, t.N, t.W, t.move, t.label,
+            t.logit, t.prob, t.value, t.ready, t.exact, t.paths, slot, length,
+        ):  # fmt: skip
+            t.grow_edges(int(t.first[node]) + len(moves))
         if cached is not None:
-            return None
-        return t.path[:length].copy(), length, node, key, moves, self.batch.add(board, key)
+            return 0
+        t.wait_node[waiting] = node
+        t.wait_row[waiting] = self.batch.add(board, key)
+        t.wait_slot[waiting] = slot
+        t.wait_length[waiting] = length
+        t.wait_entries.append((key, moves))
+        return 1
 
-    def _exact_value(self, board: cshogi.Board, root_turn: int) -> float | None:
-        p = self.params
-        end = terminal(board, p.max_moves)
-        if end is not None:
-            return end.value(board.turn, p.draw_value if board.turn == root_turn else 1.0 - p.draw_value)
-        if not board.is_check() and board.mate_move_in_1ply():
-            return 1.0
-        return None
-
-    def _resolve(self, tree: Tree, pending: list[tuple]) -> None:
-        """Give waiting leaves their network output (from the evaluated batch) and back it up."""
-        policy, value = self.batch.policy, self.batch.value
-        t = tree
-        for path, length, node, key, moves, row in pending:
-            v = float(value[row])
-            logits = tk.resolve(
-                node, row, policy, v, t.first, t.label, t.logit, t.prob, t.value, t.ready, path, length, t.N,
-                t.W,
-            )  # fmt: skip
-            self.cache.put(key, moves, logits, v)
-
-    def _simulate(self, tree: Tree, board: cshogi.Board, action: int) -> tuple | None:
-        """Descend from the root through `action`; back up at once unless the leaf needs the network."""
-        t, p = tree, self.params
-        length, node, new = tk.descend(
-            action, 0, t.size, t.first, t.child, t.N, t.W, t.logit, t.prob, t.value, t.exact, t.move,
-            p.c_visit, p.c_scale, t.path, t.path_moves, t.work,
+    def _resolve(self, t: Tree, count: int) -> None:
+        """Give the waiting leaves their network output (from the evaluated batch), back it up and
+        cache it."""
+        value = self.batch.value
+        tk.resolve(
+            count, t.wait_node, t.wait_row, t.wait_slot, t.wait_length, t.paths, self.batch.policy, value,
+            t.first, t.label, t.logit, t.prob, t.value, t.ready, t.N, t.W, t.logits_out,
         )  # fmt: skip
-        if not new:  # an exact node, backed up by descend
-            return None
+        put, out, o = self.cache.put, t.logits_out, 0
+        for (key, moves), v in zip(t.wait_entries, value[t.wait_row[:count]].tolist(), strict=True):
+            n = len(moves)
+            put(key, moves, out[o : o + n].copy(), v)
+            o += n
+        t.wait_entries.clear()
+
+    def _simulate(self, t: Tree, board: cshogi.Board, leaves: int) -> int:
+        """Create the new leaves that plan_and_descend reached (leaf i by t.path_moves[i]); returns
+        how many wait on the network."""
         root_turn = board.turn
-        for m in t.path_moves[:length].tolist():
-            board.push(m)
-        leaf = self._leaf(tree, board, root_turn, length)
-        for _ in range(length):
-            board.pop()
-        return leaf
+        push, pop = board.push, board.pop
+        waiting = 0
+        lines = t.path_moves[:leaves].tolist()
+        for i, length in enumerate(t.lengths[:leaves].tolist()):
+            line = lines[i][:length]
+            for m in line:
+                push(m)
+            waiting += self._leaf(t, board, root_turn, length, i, waiting)
+            for _ in line:
+                pop()
+        return waiting
 
     def _tree(self) -> Tree:
-        tree = self._trees.pop() if self._trees else Tree(self.params.sims + 2)
+        tree = self._trees.pop() if self._trees else Tree(self.params.sims + 2, self.params.considered + 1)
         tree.size = 0
         tree.first[0] = 0
+        tree.wait_entries.clear()  # left by a search stopped while waiting
         return tree
 
     def run(
@@ -166,10 +183,9 @@ class TreeSearch:
     ) -> Generator[None, None, SearchResult]:
         p = self.params
         root = 0
-        waiting = self._leaf(tree, board, board.turn, 0)
-        if waiting is not None:
+        if self._leaf(tree, board, board.turn, 0, 0, 0):
             yield
-            self._resolve(tree, [waiting])
+            self._resolve(tree, 1)
         edges = tree.edges(root)
         n_legal = edges.stop - edges.start
         labels = tree.label[edges].copy()
@@ -184,18 +200,15 @@ class TreeSearch:
         k = 0
         v_root = float(tree.value[root])
         while k < len(seq) and not (stop is not None and stop()):
-            count = tk.plan_round(
-                seq, k, 0, n_legal, tree.N, tree.W, tree.logit, tree.prob, v_root, g, considered, p.c_visit,
-                p.c_scale, tree.round, tree.work,
+            count, leaves = tk.plan_and_descend(
+                seq, k, n_legal, tree.N, tree.W, tree.logit, tree.prob, v_root, g, considered, p.c_visit,
+                p.c_scale, tree.round, tree.work, tree.size, tree.first, tree.child, tree.value, tree.exact,
+                tree.move, tree.paths, tree.path_moves, tree.lengths,
             )  # fmt: skip
-            pending = []
-            for a in tree.round[:count].tolist():
-                leaf = self._simulate(tree, board, a)
-                if leaf is not None:
-                    pending.append(leaf)
-            if pending:
+            waiting = self._simulate(tree, board, leaves)
+            if waiting:
                 yield
-                self._resolve(tree, pending)
+                self._resolve(tree, waiting)
             k += count
         return _result(tree, root, g, considered, p)
 

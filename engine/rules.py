@@ -56,19 +56,33 @@ def terminal(
     `max_moves` counts plies played (the game is drawn once `max_moves` plies have been played).
     `repetition=False` leaves repetitions to the caller (an arbiter applying the four-fold rule).
     """
+    return terminal_and_moves(board, max_moves, repetition_ply, check_nyugyoku, repetition)[0]
+
+
+def terminal_and_moves(
+    board: cshogi.Board,
+    max_moves: int | None = DEFAULT_MAX_MOVES,
+    repetition_ply: int | None = None,
+    check_nyugyoku: bool = True,
+    repetition: bool = True,
+) -> tuple[Terminal | None, cshogi.LegalMoveList | None]:
+    """`terminal`, and when play goes on the position's legal moves (an unread cshogi iterator), so
+    that a search expanding the position generates them once."""
     turn = board.turn
     if check_nyugyoku and board.is_nyugyoku():
-        return win_for(turn, NYUGYOKU)
+        return win_for(turn, NYUGYOKU), None
     if repetition:
         rep = board.is_draw(repetition_ply) if repetition_ply is not None else board.is_draw()
-        ended = _repetition_end(rep, turn)
-        if ended is not None:
-            return ended
-    if board.is_game_over():
-        return win_for(cshogi.opponent(turn))
+        if rep:
+            ended = _repetition_end(rep, turn)
+            if ended is not None:
+                return ended, None
+    moves = board.legal_moves
+    if not len(moves):
+        return win_for(cshogi.opponent(turn)), None
     if max_moves is not None and board.move_number - 1 >= max_moves:
-        return Terminal(None, MAX_MOVES)
-    return None
+        return Terminal(None, MAX_MOVES), None
+    return None, moves
 
 
 def _repetition_end(rep: int, turn: int) -> Terminal | None:

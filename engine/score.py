@@ -18,5 +18,6 @@ def value_to_eval(v: float) -> int:
 def eval_to_value(e: np.ndarray | float) -> np.ndarray | float:
     """Win probability for scores (scalar or array): the logistic inverse of value_to_eval."""
     if np.ndim(e) == 0:
-        return 1.0 / (1.0 + math.exp(-float(e) / EVAL_COEF))
+        x = -float(e) / EVAL_COEF
+        return 0.0 if x > 700 else 1.0 / (1.0 + math.exp(x))  # engines' mate scores (cp 1000000) overflow exp
     return 1.0 / (1.0 + np.exp(-np.asarray(e, np.float64) / EVAL_COEF))

@@ -574,6 +574,15 @@ class _Runner:
                 self._finish(game, resigned)
                 group.slots[i] = None
 
+    def _evaluate(self, pool: ThreadPoolExecutor, x1: np.ndarray, x2: np.ndarray) -> Future:
+        """The batch's network output: in the pool's thread, while the other group walks its trees, or
+        at once for an evaluator with nothing to overlap (no thread hand-off)."""
+        if self.evaluator.overlaps:
+            return pool.submit(self.evaluator.evaluate_features, x1, x2)
+        done: Future = Future()
+        done.set_result(self.evaluator.evaluate_features(x1, x2))
+        return done
+
     def run(self) -> SelfPlayStats:
         start = time.perf_counter()
         with ThreadPoolExecutor(1, thread_name_prefix="selfplay-eval") as pool:
@@ -591,7 +600,7 @@ class _Runner:
                     n = group.batch.n
                     if n:
                         x1, x2 = group.batch.x1[:n], group.batch.x2[:n]
-                        group.future = pool.submit(self.evaluator.evaluate_features, x1, x2)
+                        group.future = self._evaluate(pool, x1, x2)
                         self.stats.nn_positions += n
                         self.stats.nn_batches += 1
                         busy = True

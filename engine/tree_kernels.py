@@ -85,11 +85,14 @@ def interior_action(f, n, N, W, logit, prob, v, c_visit, c_scale, work):  # noqa
 
 
 @jit
-def descend(action, root, size, first, child, N, W, logit, prob, value, exact, move, c_visit, c_scale, path,  # noqa: ANN001, ANN201
-            path_moves, work):  # fmt: skip
+def descend(action, root, size, first, child, N, W, logit, prob, value, exact, move, c_visit, c_scale, paths,  # noqa: ANN001, ANN201
+            path_moves, slot, work):  # fmt: skip
     """Walk from the root through `action`, then interior choices, until an unexpanded edge or an
-    exact node (backed up here); path[:length] are the edges taken, path_moves their moves. Returns
-    (length, node, new): a new leaf gets node index `size` (the caller creates it), linked here."""
+    exact node (backed up here); paths[slot, :length] are the edges taken, path_moves[slot] their
+    moves. Returns length, or 0 for an exact node: a new leaf gets node index `size` (the caller
+    creates it), linked here."""
+    path = paths[slot]
+    path_moves = path_moves[slot]
     e = first[root] + action
     path[0] = e
     path_moves[0] = move[e]
@@ -105,9 +108,9 @@ def descend(action, root, size, first, child, N, W, logit, prob, value, exact, m
         node = child[e]
     if node >= 0:  # an exact node already in the tree
         backup(path, length, value[node], N, W)
-        return length, node, False
+        return 0
     child[e] = size
-    return length, size, True
+    return length
 
 
 @jit
@@ -122,12 +125,15 @@ def backup(path, length, leaf_value, N, W):  # noqa: ANN001, ANN201
 
 @jit
 def expand(node, moves, logits, v, turn, table, first, child, N, W, move, label, logit, prob, value, ready,  # noqa: ANN001, ANN201
-           exact, path, length):  # fmt: skip
+           exact, paths, slot, length):  # fmt: skip
     """Give `node` (the last one created) edges for `moves`; first[node + 1] becomes their end. With
-    `logits` (a cached position) it also gets its priors and value v, backed up along path[:length]."""
+    `logits` (a cached position) it also gets its priors and value v, backed up along
+    paths[slot, :length]. Returns False, changing nothing, when the edge arrays have no room."""
+    f = first[node]
+    if f + len(moves) > len(move):
+        return False
     exact[node] = False
     ready[node] = False
-    f = first[node]
     for i in range(len(moves)):
         m = moves[i]
         move[f + i] = m
@@ -138,7 +144,8 @@ def expand(node, moves, logits, v, turn, table, first, child, N, W, move, label,
     first[node + 1] = f + len(moves)
     if len(logits):
         set_prior(node, logits, v, first, logit, prob, value, ready)
-        backup(path, length, v, N, W)
+        backup(paths[slot], length, v, N, W)
+    return True
 
 
 @jit
@@ -169,16 +176,24 @@ def set_prior(node, logits, v, first, logit, prob, value, ready):  # noqa: ANN00
 
 
 @jit
-def resolve(node, row, policy, v, first, label, logit, prob, value, ready, path, length, N, W):  # noqa: ANN001, ANN201
-    """A leaf's network output: priors gathered from the policy row by its move labels, value v,
-    backed up along path[:length]; returns the legal-move logits (fresh float32, for the cache)."""
-    f = first[node]
-    logits = np.empty(first[node + 1] - f, dtype=np.float32)
-    for i in range(len(logits)):
-        logits[i] = policy[row, label[f + i]]
-    set_prior(node, logits, v, first, logit, prob, value, ready)
-    backup(path, length, v, N, W)
-    return logits
+def resolve(count, nodes, rows, slots, lengths, paths, policy, values, first, label, logit, prob, value,  # noqa: ANN001, ANN201
+            ready, N, W, out):  # fmt: skip
+    """The network output of waiting leaves 0..count-1 (node nodes[i], batch row rows[i], path
+    paths[slots[i], :lengths[i]]): priors gathered from the policy row by the move labels, the row's
+    value, backed up. Their legal-move logits go to `out` (float32, for the cache) one leaf after
+    another."""
+    o = 0
+    for i in range(count):
+        node, row = nodes[i], rows[i]
+        f = first[node]
+        n = first[node + 1] - f
+        logits = out[o : o + n]
+        for j in range(n):
+            logits[j] = policy[row, label[f + j]]
+        o += n
+        v = np.float64(values[row])
+        set_prior(node, logits, v, first, logit, prob, value, ready)
+        backup(paths[slots[i]], lengths[i], v, N, W)
 
 
 @jit
@@ -225,13 +240,30 @@ def plan_round(seq, k, f, n, N, W, logit, prob, v, g, considered, c_visit, c_sca
 
 
 @jit
-def set_exact(node, v, first, value, exact, ready, path, length, N, W):  # noqa: ANN001, ANN201
-    """A node the rules decide: value v, no edges; backed up along path[:length]."""
+def plan_and_descend(seq, k, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, out, work, size, first,  # noqa: ANN001, ANN201
+                     child, value, exact, move, paths, path_moves, lengths):  # fmt: skip
+    """plan_round at the root (node 0, n edges), then `descend` through each planned action (distinct
+    actions: disjoint subtrees, so no descent depends on another's leaf). Returns (actions planned,
+    new leaves): leaf i is node size + i, reached by paths[i, :lengths[i]] (moves path_moves[i])."""
+    count = plan_round(seq, k, 0, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, out, work)
+    leaves = 0
+    for j in range(count):
+        length = descend(out[j], 0, size + leaves, first, child, N, W, logit, prob, value, exact, move,
+                         c_visit, c_scale, paths, path_moves, leaves, work)  # fmt: skip
+        if length:
+            lengths[leaves] = length
+            leaves += 1
+    return count, leaves
+
+
+@jit
+def set_exact(node, v, first, value, exact, ready, paths, slot, length, N, W):  # noqa: ANN001, ANN201
+    """A node the rules decide: value v, no edges; backed up along paths[slot, :length]."""
     value[node] = v
     exact[node] = True
     ready[node] = False
     first[node + 1] = first[node]
-    backup(path, length, v, N, W)
+    backup(paths[slot], length, v, N, W)
 
 
 # ----- PUCT (engine.puct_tree): nodes carry visits n (virtual losses included) and value sums w -----

@@ -89,3 +89,37 @@ def test_selfplay_writes_the_same_games_as_the_reference(evaluator, tmp_path, mo
         for cf, cr in zip(f.candidates, r.candidates, strict=True):
             np.testing.assert_array_equal(cf["move16"], cr["move16"])
             assert np.abs(cf["visitNum"].astype(int) - cr["visitNum"].astype(int)).max() <= 1
+
+
+def test_terminal_and_moves_generates_the_legal_moves_once_and_agrees_with_cshogi():
+    """The search's leaf check: the same verdict as the rules, game over exactly when cshogi has no
+    legal move, and the legal moves (in cshogi's order) whenever play goes on."""
+    from engine.rules import terminal, terminal_and_moves
+
+    rng = np.random.default_rng(5)
+    seen_end = 0
+    for _ in range(40):
+        board = cshogi.Board()
+        for _ in range(300):
+            end, legal = terminal_and_moves(board, 200)
+            assert end == terminal(board, 200)
+            if end is None:
+                assert not board.is_game_over()
+                assert list(legal) == list(board.legal_moves)
+            else:
+                assert legal is None
+                seen_end += 1
+                if end.reason == 0:
+                    assert board.is_game_over() and not board.is_nyugyoku()
+                break
+            moves = list(board.legal_moves)
+            board.push(moves[rng.integers(len(moves))])
+    assert seen_end > 0
+
+
+def test_uniform_evaluator_answers_without_reading_rows():
+    ev = UniformEvaluator(4)
+    x1, x2 = np.ones((9, *ev.x1.shape[1:]), np.float32), np.ones((9, *ev.x2.shape[1:]), np.float32)
+    policy, value = ev.evaluate_features(x1, x2)
+    assert policy.shape == (9, ev._policy.shape[1]) and not policy.any() and (value == 0.5).all()
+    assert not policy.flags.writeable  # a shared constant: callers cannot change the next answer
