@@ -219,12 +219,15 @@ class UsiProcess(cshogi.usi.Engine):
         winc: int | None = None,
         nodes: int | None = None,
         listener: Any = None,
+        depth: int | None = None,
     ) -> tuple[str, str | None]:
         cmd = "go"
         if byoyomi is not None:
             cmd += f" btime 0 wtime 0 byoyomi {byoyomi}"
         if nodes is not None:
             cmd += f" nodes {nodes}"
+        if depth is not None:
+            cmd += f" depth {depth}"
         self._send(cmd)
         deadline = time.monotonic() + self.timeout + (byoyomi or 0) / 1000
         self.last_score = None
