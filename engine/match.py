@@ -118,7 +118,9 @@ class UsiProcess(cshogi.usi.Engine):
             )
         except OSError as e:
             raise UserError(f"engine {self.spec.command!r}: cannot start: {e.strerror or e}") from None
-        threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True).start()
+        # The queue is handed over, not looked up: after a restart the old process's reader, still
+        # draining to its end, must not put its end-of-output into the new process's queue.
+        threading.Thread(target=self._pump, args=(self.proc.stdout, self._lines), daemon=True).start()
         try:
             self._send("usi")
             self.name = self.spec.label
@@ -132,10 +134,11 @@ class UsiProcess(cshogi.usi.Engine):
             self.close()
             raise UserError(f"engine {self.spec.command!r} failed to start: {e}") from None
 
-    def _pump(self, stdout: IO[bytes]) -> None:
+    @staticmethod
+    def _pump(stdout: IO[bytes], lines: queue.Queue[str | None]) -> None:
         for raw in stdout:
-            self._lines.put(raw.decode("utf-8", "replace").strip())
-        self._lines.put(None)
+            lines.put(raw.decode("utf-8", "replace").strip())
+        lines.put(None)
 
     def _send(self, cmd: str) -> None:
         try:
