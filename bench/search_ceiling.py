@@ -2,10 +2,11 @@
 """The search's own ceiling: self-play and the USI PUCT search with a network that costs nothing
 (engine.evaluator.UniformEvaluator), so only tree work, cshogi's board work and feature building remain.
 
-Each figure is printed next to the same run's figure for a reference checkout (default /work/ref, the
-"today" commit): both run in child processes (PYTHONPATH = the checkout), alternated, best of
---repeat. Usage: bench/search_ceiling.py [--ref DIR] [--repeat N] [--games G] [--sims S]
-[--max-moves M] [--playouts P] [--batch B]; --profile {ours,ref} prints a cProfile of null self-play.
+Each figure is printed next to the same run's figure for a reference checkout (default ../ref beside
+this checkout; make it with `git worktree add ../ref 4189646`, the commit before the array trees): both
+run in child processes (PYTHONPATH = the checkout), alternated, best of --repeat.
+Usage: bench/search_ceiling.py [--ref DIR] [--repeat N] [--games G] [--sims S] [--max-moves M]
+[--playouts P] [--batch B]; --profile {ours,ref} prints a cProfile of null self-play.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def run_child(checkout: Path, args: argparse.Namespace, extra: list[str]) -> str
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ref", type=Path, default=Path("/work/ref"), help="reference checkout")
+    ap.add_argument("--ref", type=Path, default=ROOT.parent / "ref", help="reference checkout (see above)")
     ap.add_argument("--repeat", type=int, default=2, help="runs per side (best of)")
     ap.add_argument("--games", type=int, default=64)
     ap.add_argument("--sims", type=int, default=32)
@@ -125,6 +126,9 @@ def main() -> int:
     ap.add_argument("--sort", default="tottime", help="cProfile sort key for --profile")
     ap.add_argument("--profile-here", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    needs_ref = not (args.child or args.profile_here or args.profile == "ours")
+    if needs_ref and not (args.ref / "engine").is_dir():
+        ap.error(f"--ref {args.ref}: not a checkout (make one: git worktree add {args.ref} 4189646)")
     if args.child:
         print(json.dumps(measure(args)))
         return 0
