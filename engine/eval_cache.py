@@ -47,14 +47,27 @@ class EvalCache:
         return entry
 
     def put(self, key: int, moves: np.ndarray, logits: np.ndarray, value: float) -> None:
+        self.put_many([(key, moves.astype(np.int32, copy=False))], logits, [value])
+
+    def put_many(
+        self, entries: list[tuple[int, np.ndarray]], logits: np.ndarray, values: list[float]
+    ) -> None:
+        """Store a batch of positions: entry i is (key, int32 moves), its logits the next len(moves)
+        of `logits`, its value values[i]. The logits are copied once for the batch and each entry
+        keeps a view of that copy: a batch is one search round's leaves, so a cached entry holds at
+        most a round's worth of other logits alive."""
         if self.capacity == 0:
             return
-        if moves.dtype != np.int32:
-            moves = moves.astype(np.int32)
         data = self._data
-        data[key] = _entry((moves, logits, value))
-        data.move_to_end(key)
-        if len(data) > self.capacity:
+        block = logits[: sum([len(moves) for _, moves in entries])].copy()
+        o = 0
+        for (key, moves), value in zip(entries, values, strict=True):
+            n = len(moves)
+            if key in data:
+                del data[key]  # re-inserted at the most recent end
+            data[key] = _entry((moves, block[o : o + n], value))
+            o += n
+        while len(data) > self.capacity:
             data.popitem(last=False)
 
     @property

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import cshogi
 import numpy as np
 
 from engine.features import FEATURES1_NUM, FEATURES2_NUM, ensure_features2, fill_features
 from engine.moves import NUM_MOVE_LABELS
+
+Outputs = tuple[np.ndarray, np.ndarray]  # (policy logits [n, 2187], value [n]), float32
+Pending = Callable[[], Outputs]  # waits for a submitted call's outputs
 
 
 class Evaluator(ABC):
@@ -24,8 +27,9 @@ class Evaluator(ABC):
     if they must outlive it."""
 
     name: str = "abstract"
-    # Whether a call is worth running beside the search (it spends its time outside the GIL, on a GPU or
-    # in a runtime's own threads); self-play calls one that is not in its own thread, with no hand-off.
+    # Whether a blocking call is worth running in a thread beside the search (it spends its time outside
+    # the GIL, on a GPU or in a runtime's own threads). An evaluator whose `submit` returns at once (it
+    # only starts the work) says False: self-play then calls it directly, with no thread hand-off.
     overlaps: bool = True
 
     def __init__(self, max_batch: int, input2: int) -> None:
@@ -62,6 +66,23 @@ class Evaluator(ABC):
             policy[start : start + k] = p[:k]
             value[start : start + k] = v[:k]
         return policy, value
+
+    def submit(self, x1: np.ndarray, x2: np.ndarray) -> Pending:
+        """Start evaluating these rows; the returned function waits for the outputs (valid until this
+        evaluator's next call). The default evaluates now; an asynchronous runtime starts the work and
+        returns, so that the caller searches while it runs."""
+        out = self.evaluate_features(x1, x2)
+        return lambda: out
+
+    def input_buffers(self, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Buffers of n rows a caller may fill in place and pass to `submit` (no copy on the way in),
+        or None when this evaluator has none to lend."""
+        return None
+
+    def load_rows(self, offset: int, x1: np.ndarray, x2: np.ndarray) -> None:
+        """Copy rows into the host buffers from row `offset` on (a server gathering clients' rows)."""
+        self.x1[offset : offset + len(x1)] = x1
+        self.x2[offset : offset + len(x2)] = x2
 
     def evaluate_boards(self, boards: Sequence[cshogi.Board]) -> tuple[np.ndarray, np.ndarray]:
         """Convenience for tests and small callers: features made here, fresh arrays returned."""
@@ -103,6 +124,9 @@ class UniformEvaluator(Evaluator):
     def _run(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         return self._policy[:n], self._value[:n]
 
+    def load_rows(self, offset: int, x1: np.ndarray, x2: np.ndarray) -> None:
+        """Nothing to copy: the answer does not depend on the rows."""
+
     def evaluate_features(self, x1: np.ndarray, x2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The answer does not depend on the rows, so they are not even read (or copied in); it is a
         read-only view of constant arrays (grown as needed), not fresh ones."""
@@ -120,11 +144,14 @@ def _constant(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 class LatencyModelEvaluator(Evaluator):
-    """A GPU stand-in for planning on CPU: each call takes `a_ms + b_ms * n` ms of wall time with the GIL
-    released (a sleep, as a GPU wait), returning what `inner` (default: UniformEvaluator) returns for
-    the same rows; its own cost is counted in the budget. `busy_seconds` adds up the calls' time."""
+    """A GPU stand-in for planning on CPU: a call of n rows takes `a_ms + b_ms * n` ms (per chunk of
+    max_batch) on a device that runs one call at a time, returning what `inner` (default:
+    UniformEvaluator) returns for the same rows. `submit` returns at once, as an asynchronous GPU call
+    does, and its result waits out the call's modelled end; `evaluate` sleeps with the GIL released.
+    `busy_seconds` adds up the modelled device time."""
 
     name = "latency-model"
+    overlaps = False  # submit is asynchronous
 
     def __init__(
         self, max_batch: int = 256, a_ms: float = 1.0, b_ms: float = 0.01, inner: Evaluator | None = None
@@ -134,19 +161,44 @@ class LatencyModelEvaluator(Evaluator):
         self.inner = inner or UniformEvaluator(max_batch)
         self.a_ms, self.b_ms = a_ms, b_ms
         self.busy_seconds = 0.0
+        self._free_at = 0.0  # when the modelled device finishes its last call
         super().__init__(self.inner.max_batch, self.inner.input2)
 
     def _alloc_host(self, shape1: tuple[int, ...], shape2: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         return self.inner.x1, self.inner.x2  # callers fill the wrapped evaluator's rows directly
 
+    def load_rows(self, offset: int, x1: np.ndarray, x2: np.ndarray) -> None:
+        self.inner.load_rows(offset, x1, x2)
+
+    def _queue(self, n: int, compute: Callable[[], Outputs]) -> tuple[float, Outputs]:
+        """Run `compute` for a call of n rows now; returns when the modelled device is done with it."""
+        start = max(time.perf_counter(), self._free_at)
+        out = compute()
+        chunks = -(-n // self.max_batch)
+        seconds = max((self.a_ms * chunks + self.b_ms * n) / 1000, time.perf_counter() - start)
+        self._free_at = start + seconds
+        self.busy_seconds += seconds
+        return self._free_at, out
+
     def _run(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        start = time.perf_counter()
-        out = self.inner.evaluate(n)
-        left = (self.a_ms + self.b_ms * n) / 1000 - (time.perf_counter() - start)
-        if left > 0:
-            time.sleep(left)
-        self.busy_seconds += time.perf_counter() - start
+        end, out = self._queue(n, lambda: self.inner.evaluate(n))
+        _sleep_until(end)
         return out
+
+    def submit(self, x1: np.ndarray, x2: np.ndarray) -> Pending:
+        end, out = self._queue(len(x1), lambda: self.inner.evaluate_features(x1, x2))
+
+        def wait() -> Outputs:
+            _sleep_until(end)
+            return out
+
+        return wait
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _sleep_until(moment: float) -> None:
+    left = moment - time.perf_counter()
+    if left > 0:
+        time.sleep(left)

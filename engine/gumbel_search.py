@@ -47,8 +47,11 @@ class SearchParams:
 class LeafBatch:
     """The rows of one network call: features written in place, one row per distinct position."""
 
-    def __init__(self, capacity: int, planes2: int) -> None:
-        self.x1, self.x2 = alloc_features(capacity, planes2)
+    def __init__(
+        self, capacity: int, planes2: int, buffers: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> None:
+        """`buffers`: rows to write the features into (an evaluator's, lent by its `input_buffers`)."""
+        self.x1, self.x2 = buffers if buffers is not None else alloc_features(capacity, planes2)
         self._rows: dict[int, int] = {}
         self.n = 0
         self.policy: np.ndarray | None = None

@@ -10,6 +10,7 @@ evaluated, so many games share one network call.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Generator
 
 import cshogi
@@ -25,6 +26,7 @@ from engine.rules import terminal_and_moves
 
 MAX_LEGAL_MOVES = 593  # the most legal moves a shogi position can have
 _NO_LOGITS = np.empty(0, dtype=np.float32)
+_NO_MOVES = np.empty(0, dtype=np.int32)
 
 
 _EDGE_ARRAYS = ("child", "N", "W", "logit", "prob", "move", "label")
@@ -58,6 +60,9 @@ class Tree:
         self.wait_row = np.empty(slots, dtype=np.int64)
         self.wait_slot = np.empty(slots, dtype=np.int64)
         self.wait_length = np.empty(slots, dtype=np.int64)
+        self.kinds = np.empty(slots, dtype=np.int8)  # per new leaf of a round: see tree_kernels.create_leaves
+        self.leaf_value = np.empty(slots, dtype=np.float64)
+        self.leaf_count = np.empty(slots, dtype=np.int64)
         self.wait_entries: list[tuple[int, np.ndarray]] = []  # (key, moves) of each, for the cache
         self.logits_out = np.empty(slots * MAX_LEGAL_MOVES, dtype=np.float32)
         self.size = 0
@@ -85,79 +90,82 @@ class TreeSearch:
         self._trees: list[Tree] = []  # idle trees, reused by the next run
         self._table = label_table()
 
-    def _leaf(
-        self, t: Tree, board: cshogi.Board, root_turn: int, length: int, slot: int, waiting: int
-    ) -> int:
-        """Create the next node for `board`, reached by t.paths[slot, :length] (length 0: the root).
-        A position the rules decide or the cache knows is backed up at once (returns 0); otherwise
-        it waits on a row of the leaf batch as waiting leaf number `waiting` (returns 1)."""
-        node = t.size
-        t.size += 1
-        turn = board.turn
-        if length:
-            p = self.params
-            end, legal = terminal_and_moves(board, p.max_moves)
-            if end is not None:
-                exact = end.value(turn, p.draw_value if turn == root_turn else 1.0 - p.draw_value)
-            elif not board.is_check() and board.mate_move_in_1ply():
-                exact = 1.0
+    def _simulate(self, t: Tree, board: cshogi.Board, leaves: int) -> int:
+        """Create the new leaves that plan_and_descend reached (leaf i by t.path_moves[i, :t.lengths[i]];
+        length 0: the root itself). A position the rules decide or the cache knows is backed up at
+        once; the others wait on rows of the leaf batch. Returns how many wait."""
+        p = self.params
+        root_turn = board.turn
+        push, pop, get, add = board.push, board.pop, self.cache.get, self.batch.add
+        kinds, values, counts = t.kinds, t.leaf_value, t.leaf_count
+        move_parts: list[np.ndarray] = []
+        logit_parts: list[np.ndarray] = []
+        waiting = 0
+        size = t.size
+        lengths = t.lengths[:leaves].tolist()
+        for i, line in enumerate(t.path_moves[:leaves].tolist()):
+            length = lengths[i]
+            line = line[:length]
+            for m in line:
+                push(m)
+            if length:
+                end, legal = terminal_and_moves(board, p.max_moves)
+                if end is not None:
+                    turn = board.turn
+                    exact = end.value(turn, p.draw_value if turn == root_turn else 1.0 - p.draw_value)
+                elif not board.is_check() and board.mate_move_in_1ply():
+                    exact = 1.0
+                else:
+                    exact = None
             else:
-                exact = None
+                legal, exact = board.legal_moves, None
             if exact is not None:
-                tk.set_exact(node, exact, t.first, t.value, t.exact, t.ready, t.paths, slot, length, t.N, t.W)
-                return 0
-        else:
-            legal = board.legal_moves
-        key = board.zobrist_hash()
-        cached = self.cache.get(key)
-        if cached is not None:
-            moves, logits, v = cached
-        else:
-            moves, logits, v = np.fromiter(legal, dtype=np.int32), _NO_LOGITS, 0.0
-        while not tk.expand(
-            node, moves, logits, v, turn, self._table, t.first, t.child, t.N, t.W, t.move, t.label,
-            t.logit, t.prob, t.value, t.ready, t.exact, t.paths, slot, length,
-        ):  # fmt: skip
-            t.grow_edges(int(t.first[node]) + len(moves))
-        if cached is not None:
-            return 0
-        t.wait_node[waiting] = node
-        t.wait_row[waiting] = self.batch.add(board, key)
-        t.wait_slot[waiting] = slot
-        t.wait_length[waiting] = length
-        t.wait_entries.append((key, moves))
-        return 1
+                kinds[i], values[i], counts[i] = tk.EXACT, exact, 0
+            else:
+                key = board.zobrist_hash()
+                cached = get(key)
+                if cached is not None:
+                    moves, logits, values[i] = cached
+                    kinds[i] = tk.CACHED
+                    logit_parts.append(logits)
+                else:
+                    moves = np.fromiter(legal, dtype=np.int32)
+                    kinds[i] = tk.WAITING
+                    t.wait_node[waiting] = size + i
+                    t.wait_row[waiting] = add(board, key)
+                    t.wait_slot[waiting] = i
+                    t.wait_length[waiting] = length
+                    t.wait_entries.append((key, moves))
+                    waiting += 1
+                counts[i] = len(moves)
+                move_parts.append(moves)
+            for _ in line:
+                pop()
+        moves = _joined(move_parts, _NO_MOVES)
+        need = int(t.first[size]) + len(moves)
+        if need > len(t.move):
+            t.grow_edges(need)
+        tk.create_leaves(
+            leaves, size, root_turn, kinds, values, counts, moves,
+            _joined(logit_parts, _NO_LOGITS), self._table, t.lengths, t.first,
+            t.child, t.N, t.W, t.move, t.label, t.logit, t.prob, t.value, t.ready, t.exact, t.paths,
+        )  # fmt: skip
+        t.size = size + leaves
+        return waiting
 
     def _resolve(self, t: Tree, count: int) -> None:
         """Give the waiting leaves their network output (from the evaluated batch), back it up and
         cache it."""
-        value = self.batch.value
         tk.resolve(
-            count, t.wait_node, t.wait_row, t.wait_slot, t.wait_length, t.paths, self.batch.policy, value,
-            t.first, t.label, t.logit, t.prob, t.value, t.ready, t.N, t.W, t.logits_out,
+            count, t.wait_node, t.wait_row, t.wait_slot, t.wait_length, t.paths, self.batch.policy,
+            self.batch.value, t.first, t.label, t.logit, t.prob, t.value, t.ready, t.N, t.W, t.logits_out,
         )  # fmt: skip
-        put, out, o = self.cache.put, t.logits_out, 0
-        for (key, moves), v in zip(t.wait_entries, value[t.wait_row[:count]].tolist(), strict=True):
-            n = len(moves)
-            put(key, moves, out[o : o + n].copy(), v)
-            o += n
-        t.wait_entries.clear()
+        self._cache_waiting(t, count)
 
-    def _simulate(self, t: Tree, board: cshogi.Board, leaves: int) -> int:
-        """Create the new leaves that plan_and_descend reached (leaf i by t.path_moves[i]); returns
-        how many wait on the network."""
-        root_turn = board.turn
-        push, pop = board.push, board.pop
-        waiting = 0
-        lines = t.path_moves[:leaves].tolist()
-        for i, length in enumerate(t.lengths[:leaves].tolist()):
-            line = lines[i][:length]
-            for m in line:
-                push(m)
-            waiting += self._leaf(t, board, root_turn, length, i, waiting)
-            for _ in line:
-                pop()
-        return waiting
+    def _cache_waiting(self, t: Tree, count: int) -> None:
+        """Store the resolved leaves' legal-move logits (t.logits_out) and values in the cache."""
+        self.cache.put_many(t.wait_entries, t.logits_out, self.batch.value[t.wait_row[:count]].tolist())
+        t.wait_entries.clear()
 
     def _tree(self) -> Tree:
         tree = self._trees.pop() if self._trees else Tree(self.params.sims + 2, self.params.considered + 1)
@@ -183,7 +191,8 @@ class TreeSearch:
     ) -> Generator[None, None, SearchResult]:
         p = self.params
         root = 0
-        if self._leaf(tree, board, board.turn, 0, 0, 0):
+        tree.lengths[0] = 0
+        if self._simulate(tree, board, 1):
             yield
             self._resolve(tree, 1)
         edges = tree.edges(root)
@@ -196,36 +205,50 @@ class TreeSearch:
         logits = tree.logit[edges]
         g = rng.gumbel(size=n_legal) if p.noise else np.zeros(n_legal)
         considered = gumbel.top_k_considered(g, logits, m)
-        seq = np.array(gumbel.considered_visits(m, p.sims), dtype=np.int64)
+        seq = _schedule(m, p.sims)
         k = 0
         v_root = float(tree.value[root])
+        waiting = 0  # leaves of the last round whose network output is not in the tree yet
         while k < len(seq) and not (stop is not None and stop()):
-            count, leaves = tk.plan_and_descend(
-                seq, k, n_legal, tree.N, tree.W, tree.logit, tree.prob, v_root, g, considered, p.c_visit,
-                p.c_scale, tree.round, tree.work, tree.size, tree.first, tree.child, tree.value, tree.exact,
-                tree.move, tree.paths, tree.path_moves, tree.lengths,
-            )  # fmt: skip
+            t = tree
+            if waiting:
+                count, leaves = tk.resolve_plan_descend(
+                    waiting, t.wait_node, t.wait_row, t.wait_slot, t.wait_length, self.batch.policy,
+                    self.batch.value, t.label, t.ready, t.logits_out, seq, k, n_legal, t.N, t.W, t.logit,
+                    t.prob, v_root, g, considered, p.c_visit, p.c_scale, t.round, t.work, t.size, t.first,
+                    t.child, t.value, t.exact, t.move, t.paths, t.path_moves, t.lengths,
+                )  # fmt: skip
+                self._cache_waiting(t, waiting)
+            else:
+                count, leaves = tk.plan_and_descend(
+                    seq, k, n_legal, t.N, t.W, t.logit, t.prob, v_root, g, considered, p.c_visit, p.c_scale,
+                    t.round, t.work, t.size, t.first, t.child, t.value, t.exact, t.move, t.paths,
+                    t.path_moves, t.lengths,
+                )  # fmt: skip
             waiting = self._simulate(tree, board, leaves)
             if waiting:
                 yield
-                self._resolve(tree, waiting)
             k += count
+        if waiting:
+            self._resolve(tree, waiting)
         return _result(tree, root, g, considered, p)
 
 
 def _result(tree: Tree, root: int, g: np.ndarray, considered: np.ndarray, p: SearchParams) -> SearchResult:
-    """The move and policy target from the root's statistics, by engine.gumbel's own functions."""
+    """The move and policy target from the root's statistics (tree_kernels.root_result: engine.gumbel's
+    improved_policy and final_move in one compiled call)."""
     edges = tree.edges(root)
-    logits, n, w = tree.logit[edges], tree.N[edges].astype(np.int64), tree.W[edges]
+    n = edges.stop - edges.start
     v = float(tree.value[root])
-    q_hat = gumbel.rescale_q(gumbel.completed_q(w / np.maximum(n, 1), n, tree.prob[edges], v))
-    max_n = int(n.max())
-    choice = gumbel.final_move(g, logits, gumbel.sigma(q_hat, max_n, p.c_visit, p.c_scale), n, considered)
-    policy = gumbel.improved_policy(logits, q_hat, max_n, p.c_visit, p.c_scale)
-    value = (v + float(w.sum())) / (1.0 + float(n.sum()))
+    policy = np.empty(n, dtype=np.float64)
+    choice = tk.root_result(n, tree.N, tree.W, tree.logit, tree.prob, v, g, considered, p.c_visit, p.c_scale,
+                            policy, tree.work)  # fmt: skip
+    visits = tree.N[edges]
+    total = int(visits.sum())
+    value = (v + float(tree.W[edges].sum())) / (1.0 + total)
     moves = tree.move[edges].tolist()
     pv = [moves[choice], *_most_visited_line(tree, int(tree.child[edges.start + choice]))]
-    return SearchResult(moves, tree.label[edges].copy(), policy, choice, value, pv, int(n.sum()))
+    return SearchResult(moves, tree.label[edges].copy(), policy, choice, value, pv, total)
 
 
 def _most_visited_line(tree: Tree, node: int, max_len: int = 32) -> list[int]:
@@ -240,6 +263,20 @@ def _most_visited_line(tree: Tree, node: int, max_len: int = 32) -> list[int]:
         line.append(int(tree.move[best]))
         node = int(tree.child[best])
     return line
+
+
+def _joined(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
+    """The parts end to end (most rounds have one or none: no copy then)."""
+    if len(parts) > 1:
+        return np.concatenate(parts)
+    return parts[0] if parts else empty
+
+
+@functools.cache
+def _schedule(m: int, sims: int) -> np.ndarray:
+    """gumbel.considered_visits as the kernels' array (a few (m, sims) pairs recur every move; the
+    kernels only read it)."""
+    return np.array(gumbel.considered_visits(m, sims), dtype=np.int64)
 
 
 def warm_up(input2: int) -> None:

@@ -5,9 +5,12 @@ every search process batched together into each forward call.
 factory, and hands out one `Endpoint` per search process. A search process turns its endpoint into a
 `ClientEvaluator`, an `Evaluator` like any other (the search never knows): its x1/x2 input buffers
 and the policy/value outputs live in a block of shared memory, and a call sends only the row count
-over the client's pipe. The server takes the requests that are ready, waits up to `gather_wait` for
-clients still searching (not at all once every live client is waiting), runs them as one forward
-call, copies each client's outputs into its block and answers with one byte. No array is pickled.
+over the client's pipe; `submit` returns once it is sent, so the search goes on meanwhile. The
+server takes every request that is ready (those that arrived while its last call ran: batching
+comes from the device being busy, as on a GPU), optionally waits up to `gather_wait` for clients
+still searching (0 by default: waiting for a client that may be far from done only idles the
+device), runs them as one forward call, copies each client's outputs into its block and answers
+with one byte. No array is pickled.
 
 Failures stay local. A client whose pipe closes (it finished, or was killed) is dropped and the
 others go on. A client whose server died gets `InferenceServerError` at its call, not a hang: the
@@ -34,15 +37,16 @@ from multiprocessing.connection import Connection, wait
 import numpy as np
 
 from engine.errors import UserError
-from engine.evaluator import Evaluator
+from engine.evaluator import Evaluator, Pending
 from engine.features import FEATURES1_NUM, FEATURES2_NYUGYOKU_NUM
 from engine.moves import NUM_MOVE_LABELS
 
-DEFAULT_GATHER_WAIT = 0.0005  # seconds the server waits for clients still searching
+DEFAULT_GATHER_WAIT = 0.0  # seconds the server waits for clients still searching
 DEFAULT_TIMEOUT = 300.0  # seconds a client waits for one reply before it gives up
 _REQUEST = struct.Struct("<i")  # rows to evaluate
 _OK = b"\x01"  # reply: outputs are in the block; anything else is b"\x00" + an error message
 _PLANE = 81
+_GONE = "the inference server process has ended; the search cannot go on"
 
 
 class InferenceServerError(RuntimeError):
@@ -108,7 +112,11 @@ class ServerStats:
 
 
 class ClientEvaluator(Evaluator):
-    """An Evaluator whose network runs in the inference server: rows go through the shared block."""
+    """An Evaluator whose network runs in the inference server: rows go through the shared block.
+    `submit` returns once the request is sent, so the search goes on while the server works; one
+    call at a time per client (a process with two leaf batches in flight uses two clients)."""
+
+    overlaps = False  # submit is asynchronous
 
     def __init__(self, endpoint: Endpoint, timeout: float | None = DEFAULT_TIMEOUT) -> None:
         self._conn = endpoint.conn
@@ -120,16 +128,39 @@ class ClientEvaluator(Evaluator):
     def _alloc_host(self, shape1: tuple[int, ...], shape2: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         return self._block.x1, self._block.x2
 
+    def input_buffers(self, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The shared block's input rows: rows filled there need no copy before `submit`."""
+        return (self._block.x1[:n], self._block.x2[:n]) if n <= self.max_batch else None
+
     def _run(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._request(n)()
+
+    def submit(self, x1: np.ndarray, x2: np.ndarray) -> Pending:
+        """Send the rows (copied into the block unless they are its own rows) and return at once; the
+        server's reply is read when the outputs are asked for."""
+        n = len(x1)
+        if n > self.max_batch:
+            return super().submit(x1, x2)  # in chunks, one at a time
+        if not np.shares_memory(x1, self._block.x1):
+            self._block.x1[:n] = x1
+            self._block.x2[:n] = x2
+        return self._request(n)
+
+    def _request(self, n: int) -> Pending:
+        """Ask the server to evaluate the block's first n rows; the returned function waits for it."""
         try:
             self._conn.send_bytes(_REQUEST.pack(n))
+        except OSError as e:
+            raise InferenceServerError(_GONE) from e
+        return lambda: self._reply(n)
+
+    def _reply(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        try:
             if not self._conn.poll(self.timeout):
                 raise InferenceServerError(f"the inference server did not answer within {self.timeout:g}s")
             reply = self._conn.recv_bytes()
         except (EOFError, OSError) as e:
-            raise InferenceServerError(
-                "the inference server process has ended; the search cannot go on"
-            ) from e
+            raise InferenceServerError(_GONE) from e
         if reply != _OK:
             raise InferenceServerError(f"the inference server failed: {reply[1:].decode(errors='replace')}")
         return self._block.policy[:n], self._block.value[:n]
@@ -208,8 +239,7 @@ class _Server:
         while self.queue and total + self.queue[0][1] <= ev.max_batch:
             c, n = self.queue.popleft()
             block = self.blocks[c]
-            ev.x1[total : total + n] = block.x1[:n]
-            ev.x2[total : total + n] = block.x2[:n]
+            ev.load_rows(total, block.x1[:n], block.x2[:n])
             batch.append((c, n, total))
             total += n
         start = time.perf_counter()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import multiprocessing as mp
 import os
 import pickle
@@ -35,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as ready_connections
@@ -47,7 +48,7 @@ from tqdm import tqdm
 
 from engine.errors import UserError
 from engine.eval_cache import EvalCache
-from engine.evaluator import Evaluator
+from engine.evaluator import Evaluator, Pending
 from engine.fileio import check_output_dir
 from engine.gumbel_search import LeafBatch, SearchParams, SearchResult
 from engine.gumbel_tree import TreeSearch
@@ -465,14 +466,27 @@ def _warn(message: str) -> None:
     tqdm.write(f"selfplay: warning: {message}", file=sys.stderr)
 
 
+def group_sizes(config: SelfPlayConfig, games: int) -> list[int]:
+    """The games in flight in each group of a process that plays `games` games."""
+    parallel = min(config.parallel, games)
+    groups = min(config.groups, parallel)
+    return [parallel // groups + (g < parallel % groups) for g in range(groups)]
+
+
+def leaf_rows(config: SelfPlayConfig, games: int) -> int:
+    """The most rows one group's network call can have (each game's leaves of one round)."""
+    return max(group_sizes(config, games), default=0) * (config.considered + 1)
+
+
 @dataclass
 class _Group:
-    """Games that share one leaf batch (one network call per step)."""
+    """Games that share one leaf batch (one network call per step) and its evaluator."""
 
     batch: LeafBatch
     search: TreeSearch
     slots: list[_Game | None]
-    future: Future | None = None
+    evaluator: Evaluator
+    pending: Pending | None = None  # the batch's submitted network call
 
 
 class _Runner:
@@ -481,7 +495,7 @@ class _Runner:
     def __init__(
         self,
         config: SelfPlayConfig,
-        evaluator: Evaluator,
+        evaluators: list[Evaluator],
         writer: GameWriter,
         indices: range,
         on_game: OnGame,
@@ -489,7 +503,6 @@ class _Runner:
         opponents: UsiOpponents | None = None,
     ) -> None:
         self.config = config
-        self.evaluator = evaluator
         self.writer = writer
         self.on_game = on_game
         self.stop = stop
@@ -498,13 +511,13 @@ class _Runner:
         self._indices = iter(indices)
         self.cache = EvalCache(config.cache_size)
         params = config.search_params()
-        parallel = min(config.parallel, len(indices))
-        groups = min(config.groups, parallel)
         self.groups = []
-        for g in range(groups):
-            slots = parallel // groups + (g < parallel % groups)
-            batch = LeafBatch(slots * (config.considered + 1), evaluator.input2)
-            self.groups.append(_Group(batch, TreeSearch(params, self.cache, batch), [None] * slots))
+        for g, slots in enumerate(group_sizes(config, len(indices))):
+            evaluator = evaluators[g % len(evaluators)]
+            rows = slots * (config.considered + 1)
+            batch = LeafBatch(rows, evaluator.input2, evaluator.input_buffers(rows))
+            search = TreeSearch(params, self.cache, batch)
+            self.groups.append(_Group(batch, search, [None] * slots, evaluator))
 
     def _finish(self, game: _Game, result: int) -> None:
         game.record.result = result
@@ -574,14 +587,14 @@ class _Runner:
                 self._finish(game, resigned)
                 group.slots[i] = None
 
-    def _evaluate(self, pool: ThreadPoolExecutor, x1: np.ndarray, x2: np.ndarray) -> Future:
-        """The batch's network output: in the pool's thread, while the other group walks its trees, or
-        at once for an evaluator with nothing to overlap (no thread hand-off)."""
-        if self.evaluator.overlaps:
-            return pool.submit(self.evaluator.evaluate_features, x1, x2)
-        done: Future = Future()
-        done.set_result(self.evaluator.evaluate_features(x1, x2))
-        return done
+    @staticmethod
+    def _submit(pool: ThreadPoolExecutor, evaluator: Evaluator, x1: np.ndarray, x2: np.ndarray) -> Pending:
+        """Start the batch's network call: in the pool's thread for a blocking runtime that overlaps,
+        so that the other group walks its trees meanwhile; otherwise through the evaluator's own
+        `submit` (asynchronous, or at once for one with nothing to overlap)."""
+        if evaluator.overlaps:
+            return pool.submit(evaluator.evaluate_features, x1, x2).result
+        return evaluator.submit(x1, x2)
 
     def run(self) -> SelfPlayStats:
         start = time.perf_counter()
@@ -589,9 +602,9 @@ class _Runner:
             while True:
                 busy = False
                 for group in self.groups:
-                    if group.future is not None:
-                        group.batch.policy, group.batch.value = group.future.result()
-                        group.future = None
+                    if group.pending is not None:
+                        group.batch.policy, group.batch.value = group.pending()
+                        group.pending = None
                     if self.stop.is_set():
                         continue
                     group.batch.clear()
@@ -600,11 +613,11 @@ class _Runner:
                     n = group.batch.n
                     if n:
                         x1, x2 = group.batch.x1[:n], group.batch.x2[:n]
-                        group.future = self._evaluate(pool, x1, x2)
+                        group.pending = self._submit(pool, group.evaluator, x1, x2)
                         self.stats.nn_positions += n
                         self.stats.nn_batches += 1
                         busy = True
-                if not busy and all(g.future is None for g in self.groups):
+                if not busy and all(g.pending is None for g in self.groups):
                     replies = [s.reply for g in self.groups for s in g.slots if s is not None and s.reply]
                     if not replies or self.stop.is_set():
                         break
@@ -706,7 +719,7 @@ def _server_factory(config: SelfPlayConfig, shared: EvaluatorFactory | None) -> 
 
 def _run_here(
     config: SelfPlayConfig,
-    evaluator: Evaluator | None,
+    evaluators: list[Evaluator] | None,
     indices: range,
     on_game: OnGame,
     stop: threading.Event,
@@ -716,11 +729,11 @@ def _run_here(
     """Play the games `indices` here; the USI engines start before the evaluator (or a TensorRT build)
     and the output file, so an engine that cannot start fails fast and leaves no file behind."""
     with _opponents(config) as opponents:
-        if evaluator is None:
-            evaluator = _make_evaluator(config, log)
+        if evaluators is None:
+            evaluators = [_make_evaluator(config, log)]
         writer = GameWriter(output_path(config.out_dir, config.format, tag), config.format)
         try:
-            stats = _Runner(config, evaluator, writer, indices, on_game, stop, opponents).run()
+            stats = _Runner(config, evaluators, writer, indices, on_game, stop, opponents).run()
         finally:
             writer.close()
     return stats
@@ -732,9 +745,10 @@ def _worker(
     indices: range,
     events: Connection,
     stop: mp.Event,
-    endpoint: Endpoint | None,
+    endpoints: list[Endpoint] | None,
 ) -> None:
-    """A worker process: its own file, and its own evaluator or a client of the inference server;
+    """A worker process: its own file, and its own evaluator or clients of the inference server (one
+    per group, so that both groups' calls can be in flight);
     progress and final stats go to the parent through its own pipe `events` (a worker killed while
     writing can garble only its own pipe)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
@@ -743,9 +757,10 @@ def _worker(
     threading.Thread(target=lambda: (stop.wait(), local_stop.set()), daemon=True).start()
     try:
         on_game: OnGame = lambda *game: events.send(("game", *game))  # noqa: E731
-        with ClientEvaluator(endpoint) if endpoint else nullcontext() as evaluator:
+        with ExitStack() as stack:
+            clients = [stack.enter_context(ClientEvaluator(e)) for e in endpoints] if endpoints else None
             tag = f"-w{index}"
-            stats = _run_here(config, evaluator, indices, on_game, local_stop, tag, log=lambda _: None)
+            stats = _run_here(config, clients, indices, on_game, local_stop, tag, log=lambda _: None)
         events.send(("done", dataclasses.asdict(stats)))
     except UserError as e:
         events.send(("user_error", str(e)))
@@ -835,11 +850,16 @@ def _run_processes(
     stop_all = ctx.Event()
     parts = [r for r in _split(config.games, config.processes) if len(r)]
     factory = _server_factory(config, shared)
-    server = endpoints = None
+    server = None
+    endpoints: list[list[Endpoint] | None] = [None] * len(parts)
     if factory is not None:
-        batch = config.batch * len(parts)  # room for a full batch of every worker in one call
-        server = InferenceServer(functools.partial(factory, batch), len(parts), config.batch, ctx=ctx)
-        endpoints = server.start()
+        groups = [len(group_sizes(config, len(r))) for r in parts]  # a client per group of each worker
+        rows = max(leaf_rows(config, len(r)) for r in parts)
+        batch = rows * len(parts)  # room for one full batch of every worker in one call
+        server = InferenceServer(functools.partial(factory, batch), sum(groups), rows, ctx=ctx)
+        flat = server.start()
+        ends = list(itertools.accumulate(groups))
+        endpoints = [flat[end - g : end] for g, end in zip(groups, ends, strict=True)]
     if stop.is_set() and server is not None:  # interrupted while the server built its evaluator
         server.close()
         return SelfPlayStats(interrupted=True)
@@ -848,7 +868,7 @@ def _run_processes(
         procs = [
             ctx.Process(
                 target=_worker,
-                args=(config, i, r, pipes[i][1], stop_all, endpoints[i] if endpoints else None),
+                args=(config, i, r, pipes[i][1], stop_all, endpoints[i]),
                 name=f"selfplay-w{i}",
                 daemon=True,
             )
@@ -897,7 +917,7 @@ def run_selfplay(
         with _progress_bar(config) as bar:
             return _run_here(
                 config,
-                evaluator,
+                None if evaluator is None else [evaluator],
                 range(config.games),
                 lambda *game: (stats.add_game(*game), _show(bar, stats, start)),
                 stop,

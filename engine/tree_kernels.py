@@ -123,29 +123,43 @@ def backup(path, length, leaf_value, N, W):  # noqa: ANN001, ANN201
         W[path[i]] += value
 
 
+EXACT, CACHED, WAITING = 0, 1, 2  # what engine.gumbel_tree found at a new leaf
+
+
 @jit
-def expand(node, moves, logits, v, turn, table, first, child, N, W, move, label, logit, prob, value, ready,  # noqa: ANN001, ANN201
-           exact, paths, slot, length):  # fmt: skip
-    """Give `node` (the last one created) edges for `moves`; first[node + 1] becomes their end. With
-    `logits` (a cached position) it also gets its priors and value v, backed up along
-    paths[slot, :length]. Returns False, changing nothing, when the edge arrays have no room."""
-    f = first[node]
-    if f + len(moves) > len(move):
-        return False
-    exact[node] = False
-    ready[node] = False
-    for i in range(len(moves)):
-        m = moves[i]
-        move[f + i] = m
-        label[f + i] = table[turn, m & 0x7FFF]
-        child[f + i] = -1
-        N[f + i] = 0
-        W[f + i] = 0.0
-    first[node + 1] = f + len(moves)
-    if len(logits):
-        set_prior(node, logits, v, first, logit, prob, value, ready)
-        backup(paths[slot], length, v, N, W)
-    return True
+def create_leaves(count, size, root_turn, kinds, values, counts, moves, logits, table, lengths, first, child,  # noqa: ANN001, ANN201
+                  N, W, move, label, logit, prob, value, ready, exact, paths):  # fmt: skip
+    """Create the round's new nodes size .. size+count-1 (leaf i reached by paths[i, :lengths[i]]),
+    in order, so that each node's edges follow the previous node's. An EXACT leaf gets values[i]
+    and no edges; the others get edges for their counts[i] moves (taken in turn from `moves`); a
+    CACHED leaf also gets its priors (taken in turn from `logits`) and value values[i], backed up
+    at once. WAITING leaves get theirs from `resolve`. The edge arrays must have room."""
+    m = 0
+    o = 0
+    for i in range(count):
+        node = size + i
+        f = first[node]
+        n = counts[i]
+        first[node + 1] = f + n
+        exact[node] = kinds[i] == EXACT
+        ready[node] = False
+        if kinds[i] == EXACT:
+            value[node] = values[i]
+            backup(paths[i], lengths[i], values[i], N, W)
+            continue
+        turn = root_turn ^ (lengths[i] & 1)
+        for j in range(n):
+            mv = moves[m + j]
+            move[f + j] = mv
+            label[f + j] = table[turn, mv & 0x7FFF]
+            child[f + j] = -1
+            N[f + j] = 0
+            W[f + j] = 0.0
+        m += n
+        if kinds[i] == CACHED:
+            set_prior(node, logits[o : o + n], values[i], first, logit, prob, value, ready)
+            backup(paths[i], lengths[i], values[i], N, W)
+            o += n
 
 
 @jit
@@ -257,13 +271,45 @@ def plan_and_descend(seq, k, n, N, W, logit, prob, v, g, considered, c_visit, c_
 
 
 @jit
-def set_exact(node, v, first, value, exact, ready, paths, slot, length, N, W):  # noqa: ANN001, ANN201
-    """A node the rules decide: value v, no edges; backed up along paths[slot, :length]."""
-    value[node] = v
-    exact[node] = True
-    ready[node] = False
-    first[node + 1] = first[node]
-    backup(paths[slot], length, v, N, W)
+def resolve_plan_descend(count, nodes, rows, slots, wait_lengths, policy, values, label, ready, logits_out,  # noqa: ANN001, ANN201
+                         seq, k, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, out, work, size,
+                         first, child, value, exact, move, paths, path_moves, lengths):  # fmt: skip
+    """`resolve` of the last round's waiting leaves, then `plan_and_descend` of the next round: one
+    compiled call between two network calls."""
+    resolve(count, nodes, rows, slots, wait_lengths, paths, policy, values, first, label, logit, prob, value,
+            ready, N, W, logits_out)  # fmt: skip
+    return plan_and_descend(seq, k, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, out, work, size,
+                            first, child, value, exact, move, paths, path_moves, lengths)  # fmt: skip
+
+
+@jit
+def root_result(n, N, W, logit, prob, v, g, considered, c_visit, c_scale, policy, work):  # noqa: ANN001, ANN201
+    """The root's outcome (edges 0..n-1): policy[:n] = gumbel.improved_policy, and the returned
+    move index is gumbel.final_move's (argmax of g + logits + sigma(q_hat) among the most visited
+    considered actions, first index on ties)."""
+    sigma_q_hat(0, n, N, W, prob, v, c_visit, c_scale, work)
+    z_max = -np.inf
+    l_max = -np.inf
+    most = 0
+    for i in range(n):
+        policy[i] = logit[i] + work[i]
+        z_max = max(z_max, policy[i])
+        l_max = max(l_max, logit[i])
+        if considered[i] and N[i] > most:
+            most = N[i]
+    z_sum = 0.0
+    for i in range(n):
+        policy[i] = np.exp(policy[i] - z_max)
+        z_sum += policy[i]
+    best = -1
+    best_score = -np.inf
+    for i in range(n):
+        policy[i] /= z_sum
+        if considered[i] and N[i] == most:
+            score = max(_LOW_LOGIT, g[i] + (logit[i] - l_max) + work[i])
+            if score > best_score:
+                best, best_score = i, score
+    return best
 
 
 # ----- PUCT (engine.puct_tree): nodes carry visits n (virtual losses included) and value sums w -----

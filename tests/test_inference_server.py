@@ -63,6 +63,25 @@ def test_latency_model_returns_the_wrapped_outputs_after_its_latency():
         LatencyModelEvaluator(8, a_ms=-1)
 
 
+def test_latency_model_submit_returns_at_once_and_models_one_call_at_a_time():
+    ev = LatencyModelEvaluator(32, a_ms=200.0, b_ms=1.0, inner=RowEvaluator(32))
+    rng = np.random.default_rng(1)
+    x1 = rng.integers(0, 2, ev.x1[:4].shape).astype(np.float32)
+    x2 = rng.integers(0, 2, ev.x2[:4].shape).astype(np.float32)
+    start = time.perf_counter()
+    first, second = ev.submit(x1, x2), ev.submit(x1[:2], x2[:2])
+    submitted = time.perf_counter()
+    policy, value = second()
+    waited = time.perf_counter()
+    want_policy, want_value = RowEvaluator(32).evaluate_features(x1[:2], x2[:2])
+    np.testing.assert_array_equal(policy, want_policy)
+    np.testing.assert_array_equal(value, want_value)
+    assert first()[0].shape == (4, NUM_MOVE_LABELS)
+    # the modelled device ran the two calls one after the other: (200 + 4) ms, then (200 + 2) ms
+    assert ev.busy_seconds == pytest.approx(0.406, abs=0.01)
+    assert waited - start >= 0.406 > submitted - start
+
+
 def test_loop_passes_processes_and_the_server_choice_to_selfplay(tmp_path):
     from train.loop import LoopConfig, selfplay_config
 
@@ -82,11 +101,22 @@ def _client(endpoint, seed: int, calls: int, results) -> None:
     """A client process: random 0/1 rows, returns its inputs and the outputs it got (test only)."""
     rng = np.random.default_rng(seed)
     with ClientEvaluator(endpoint, timeout=60) as ev:
-        for _ in range(calls):
+        for call in range(calls):
             n = int(rng.integers(1, ev.max_batch + 1))
-            _random_rows(ev, n, rng)
-            policy, value = ev.evaluate(n)
-            results.put((seed, ev.x1[:n].copy(), ev.x2[:n].copy(), policy.copy(), value.copy()))
+            if call % 3 == 0:  # the blocking call on the host buffers
+                _random_rows(ev, n, rng)
+                x1, x2 = ev.x1[:n], ev.x2[:n]
+                policy, value = ev.evaluate(n)
+            else:  # submit: rows written in the lent buffers, or the caller's own (copied in)
+                x1, x2 = (
+                    ev.input_buffers(n)
+                    if call % 3 == 1
+                    else (np.empty_like(ev.x1[:n]), np.empty_like(ev.x2[:n]))
+                )
+                x1[:] = rng.integers(0, 2, x1.shape)
+                x2[:] = rng.integers(0, 2, x2.shape)
+                policy, value = ev.submit(x1, x2)()
+            results.put((seed, x1.copy(), x2.copy(), policy.copy(), value.copy()))
     results.put((seed, None, None, None, None))
 
 
