@@ -27,9 +27,9 @@ timeout 240 python - <<'PY'
 import sys, torch, numpy as np
 if not torch.cuda.is_available():
     print("SKIP: torch has no CUDA device"); sys.exit(0)
-from engine.backend_torch import TorchEvaluator
-from engine.network import build, preset
-from engine.position import random_positions
+from engine.backends.torch_evaluator import TorchEvaluator
+from engine.core.network import build, preset
+from engine.core.position import random_positions
 boards = random_positions(512, seed=1)
 def softmax(p):
     e = np.exp(p - p.max(1, keepdims=True)); return e / e.sum(1, keepdims=True)
@@ -82,12 +82,12 @@ import numpy as np, torch
 if importlib.util.find_spec("tensorrt") is None or not torch.cuda.is_available():
     print("SKIP: tensorrt not importable or no CUDA device"); sys.exit(0)
 from pathlib import Path
-from engine.backend_torch import TorchEvaluator
-from engine.backend_trt import TrtEvaluator
-from engine.network import build, preset
-from engine.onnx_model import write_onnx
-from engine.trt_engine import build_cached_engine, has_fp16_flag, import_tensorrt
-from engine.position import random_positions
+from engine.backends.torch_evaluator import TorchEvaluator
+from engine.backends.trt_evaluator import TrtEvaluator
+from engine.core.network import build, preset
+from engine.backends.onnx_model import write_onnx
+from engine.backends.trt_build import build_cached_engine, has_fp16_flag, import_tensorrt
+from engine.core.position import random_positions
 trt = import_tensorrt()
 typed16 = not has_fp16_flag(trt)
 print(f"TensorRT {trt.__version__}; FP16 via {'FP16-typed ONNX (strongly typed)' if typed16 else 'BuilderFlag.FP16'}")

@@ -23,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from engine.backend_onnx import OnnxEvaluator, available_providers  # noqa: E402
-from engine.backend_torch import TorchEvaluator  # noqa: E402
-from engine.evaluator import Evaluator  # noqa: E402
-from engine.features import features_from_boards  # noqa: E402
-from engine.network import build, preset  # noqa: E402
-from engine.onnx_model import write_onnx  # noqa: E402
-from engine.position import random_positions  # noqa: E402
+from engine.backends.evaluator import Evaluator  # noqa: E402
+from engine.backends.onnx_evaluator import OnnxEvaluator, available_providers  # noqa: E402
+from engine.backends.onnx_model import write_onnx  # noqa: E402
+from engine.backends.torch_evaluator import TorchEvaluator  # noqa: E402
+from engine.core.features import features_from_boards  # noqa: E402
+from engine.core.network import build, preset  # noqa: E402
+from engine.core.position import random_positions  # noqa: E402
 
 
 def positions_per_second(ev: Evaluator, x1: np.ndarray, x2: np.ndarray, batch: int, seconds: float) -> float:
@@ -70,8 +70,8 @@ def evaluators(net, onnx_path: Path, max_batch: int, quick: bool):
                 ),
             )
         try:
-            from engine.backend_trt import TrtEvaluator
-            from engine.trt_engine import build_cached_engine, import_tensorrt
+            from engine.backends.trt_build import build_cached_engine, import_tensorrt
+            from engine.backends.trt_evaluator import TrtEvaluator
 
             import_tensorrt()
             engine = build_cached_engine(onnx_path, onnx_path.parent, max_batch=max_batch)

@@ -21,9 +21,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
-from engine import records  # noqa: E402
-from engine.features import alloc_features, fill_features  # noqa: E402
-from engine.moves import NUM_MOVE_LABELS, labels_from_move16  # noqa: E402
+from engine.core.features import alloc_features, fill_features  # noqa: E402
+from engine.core.moves import NUM_MOVE_LABELS, labels_from_move16  # noqa: E402
+from engine.records import formats as records  # noqa: E402
 from train import synthetic  # noqa: E402
 from train.dataset import BatchDataset, EpochBatches, make_loader, open_corpus  # noqa: E402
 

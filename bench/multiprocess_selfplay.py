@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.evaluator import LatencyModelEvaluator, UniformEvaluator  # noqa: E402
-from engine.selfplay import SelfPlayConfig, SelfPlayStats, run_selfplay  # noqa: E402
+from engine.backends.evaluator import LatencyModelEvaluator, UniformEvaluator  # noqa: E402
+from engine.selfplay.runner import SelfPlayConfig, SelfPlayStats, run_selfplay  # noqa: E402
 
 
 def _config(args: argparse.Namespace, out: str, processes: int, server: str) -> SelfPlayConfig:

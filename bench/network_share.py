@@ -18,13 +18,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.nps import POSITIONS  # noqa: E402
-from engine.backends import create_evaluator  # noqa: E402
-from engine.evaluator import Evaluator  # noqa: E402
-from engine.features import FEATURES2_NUM  # noqa: E402
-from engine.gumbel_tree import warm_up  # noqa: E402
-from engine.puct import SearchControl, SearchParams  # noqa: E402
-from engine.puct_tree import FastSearch  # noqa: E402
-from engine.selfplay import SelfPlayConfig, run_selfplay  # noqa: E402
+from engine.backends.choose import create_evaluator  # noqa: E402
+from engine.backends.evaluator import Evaluator  # noqa: E402
+from engine.core.features import FEATURES2_NUM  # noqa: E402
+from engine.search.gumbel_tree import warm_up  # noqa: E402
+from engine.search.puct import SearchControl, SearchParams  # noqa: E402
+from engine.search.puct_tree import FastSearch  # noqa: E402
+from engine.selfplay.runner import SelfPlayConfig, run_selfplay  # noqa: E402
 
 
 def forward_rate(ev: Evaluator, batch: int, seconds: float) -> float:

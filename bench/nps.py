@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cshogi  # noqa: E402
 
-from engine.backends import create_evaluator  # noqa: E402
-from engine.puct import Search, SearchControl, SearchParams  # noqa: E402
+from engine.backends.choose import create_evaluator  # noqa: E402
+from engine.search.puct import Search, SearchControl, SearchParams  # noqa: E402
 
 POSITIONS = {
     "startpos": (cshogi.STARTING_SFEN, []),

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The search's own ceiling: self-play and the USI PUCT search with a network that costs nothing
-(engine.evaluator.UniformEvaluator), so only tree work, cshogi's board work and feature building remain.
+(engine.backends.evaluator.UniformEvaluator), so only tree work, cshogi's board work and feature
+building remain.
 
 Each figure is printed next to the same run's figure for a reference checkout (default ../ref beside
 this checkout; make it with `git worktree add ../ref 4189646`, the commit before the array trees): both
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def _uniform_evaluator(max_batch: int):
     """Our UniformEvaluator, loaded from this checkout's file whichever `engine` package is imported
     (the reference predates it; the searches only use the Evaluator interface)."""
-    spec = importlib.util.spec_from_file_location("_bench_evaluator", ROOT / "engine" / "evaluator.py")
+    path = ROOT / "engine" / "backends" / "evaluator.py"
+    spec = importlib.util.spec_from_file_location("_bench_evaluator", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.UniformEvaluator(max_batch)
@@ -41,12 +44,18 @@ def _ours() -> bool:
     return Path(engine.__file__).resolve().parent == ROOT / "engine"
 
 
+def _module(name: str, old_name: str) -> ModuleType:
+    """A module by its name in this layout, or in the reference's (before engine/ had subpackages)."""
+    return importlib.import_module(name if _ours() else old_name)
+
+
 def selfplay_figures(games: int, sims: int, max_moves: int) -> dict[str, float]:
-    from engine.selfplay import SelfPlayConfig, run_selfplay
+    runner = _module("engine.selfplay.runner", "engine.selfplay")
+    SelfPlayConfig, run_selfplay = runner.SelfPlayConfig, runner.run_selfplay
 
     if _ours():  # load the compiled kernels before the clock starts (a one-time cost per process)
-        from engine.features import FEATURES2_NUM
-        from engine.gumbel_tree import warm_up
+        from engine.core.features import FEATURES2_NUM
+        from engine.search.gumbel_tree import warm_up
 
         warm_up(FEATURES2_NUM)
 
@@ -67,10 +76,12 @@ def selfplay_figures(games: int, sims: int, max_moves: int) -> dict[str, float]:
 
 def puct_figures(playouts: int, batch: int) -> dict[str, float]:
     from bench.nps import POSITIONS
-    from engine.puct import Search, SearchControl, SearchParams
+
+    puct = _module("engine.search.puct", "engine.puct")
+    Search, SearchControl, SearchParams = puct.Search, puct.SearchControl, puct.SearchParams
 
     if _ours():
-        from engine.puct_tree import FastSearch as Search
+        from engine.search.puct_tree import FastSearch as Search
 
     ev = _uniform_evaluator(batch)
     out = {}

@@ -22,13 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cshogi  # noqa: E402
 import numpy as np  # noqa: E402
 
-from engine import gumbel  # noqa: E402
-from engine.backends import create_evaluator  # noqa: E402
-from engine.evaluator import Evaluator  # noqa: E402
-from engine.gumbel_search import EvalCache, GumbelSearch, LeafBatch, SearchParams  # noqa: E402
-from engine.network import build, preset, save_checkpoint  # noqa: E402
-from engine.rules import terminal  # noqa: E402
-from engine.selfplay import SelfPlayConfig, run_selfplay  # noqa: E402
+from engine.backends.choose import create_evaluator  # noqa: E402
+from engine.backends.evaluator import Evaluator  # noqa: E402
+from engine.core.network import build, preset, save_checkpoint  # noqa: E402
+from engine.core.rules import terminal  # noqa: E402
+from engine.search import gumbel  # noqa: E402
+from engine.search.gumbel_search import EvalCache, GumbelSearch, LeafBatch, SearchParams  # noqa: E402
+from engine.selfplay.runner import SelfPlayConfig, run_selfplay  # noqa: E402
 
 
 class SequentialSearch(GumbelSearch):

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cshogi  # noqa: E402
 
-from engine.rules import game_terminal  # noqa: E402
+from engine.core.rules import game_terminal  # noqa: E402
 
 BIN = Path(__file__).resolve().parent.parent / "bin"
 SILENT_S = 30.0  # an engine silent this long after its deadline has hung

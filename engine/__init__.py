@@ -1,0 +1,1 @@
+"""The shogi engine: rules and network (core), records, search, backends, USI play, self-play, matches."""

@@ -1,0 +1,1 @@
+"""Serving formats: checkpoint -> ONNX (checked against PyTorch) -> TensorRT engine."""

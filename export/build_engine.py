@@ -19,8 +19,8 @@ from pathlib import Path
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engine.backends.trt_build import PRECISIONS, build_cached_engine
 from engine.errors import UserError, cli_main
-from engine.trt_engine import PRECISIONS, build_cached_engine
 
 
 def build_engine(

@@ -23,11 +23,11 @@ if __name__ == "__main__":
 import cshogi
 import numpy as np
 
+from engine.backends.onnx_model import DEFAULT_OPSET, onnx_bytes
+from engine.core.network import PolicyValueNetwork, load_model
+from engine.core.position import random_positions
 from engine.errors import UserError, cli_main
 from engine.fileio import atomic_write_bytes, check_output_file
-from engine.network import PolicyValueNetwork, load_model
-from engine.onnx_model import DEFAULT_OPSET, onnx_bytes
-from engine.position import random_positions
 
 # Policy tolerance is relative to the largest logit (random-init deep nets have large ones); value
 # tolerance is absolute on the win probability.
@@ -61,8 +61,8 @@ def compare(
     onnx_path: Path, net: PolicyValueNetwork, boards: list[cshogi.Board]
 ) -> tuple[float, float, float]:
     """(policy max abs diff, value max abs diff, largest |logit|) of onnxruntime CPU vs torch CPU FP32."""
-    from engine.backend_onnx import OnnxEvaluator
-    from engine.backend_torch import TorchEvaluator
+    from engine.backends.onnx_evaluator import OnnxEvaluator
+    from engine.backends.torch_evaluator import TorchEvaluator
 
     with OnnxEvaluator(onnx_path, max_batch=64) as ev:
         policy, value = ev.evaluate_boards(boards)

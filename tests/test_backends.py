@@ -9,13 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from engine.backend_onnx import OnnxEvaluator
-from engine.backend_torch import TorchEvaluator, bucket_size
-from engine.backends import Platform, choose_backend, create_evaluator, model_kind
+from engine.backends.choose import Platform, choose_backend, create_evaluator, model_kind
+from engine.backends.onnx_evaluator import OnnxEvaluator
+from engine.backends.onnx_model import cached_onnx, write_onnx
+from engine.backends.torch_evaluator import TorchEvaluator, bucket_size
+from engine.core.features import set_nyugyoku_features
+from engine.core.network import PolicyValueNetwork, build, preset, save_checkpoint
 from engine.errors import UserError
-from engine.features import set_nyugyoku_features
-from engine.network import PolicyValueNetwork, build, preset, save_checkpoint
-from engine.onnx_model import cached_onnx, write_onnx
 
 # The tests export with the legacy exporter on purpose (as dlshogi does); its deprecation is noise here.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -64,7 +64,7 @@ def test_evaluate_uses_filled_rows_only(positions, tmp_path):
     with OnnxEvaluator(write_onnx(net, tmp_path / "t.onnx"), max_batch=8) as ev:
         full = ev.evaluate_boards(positions[:8])
         ev.x1[3:] = 7.0
-        from engine.features import fill_features
+        from engine.core.features import fill_features
 
         for i, board in enumerate(positions[:3]):
             fill_features(board, ev.x1[i], ev.x2[i])
@@ -92,7 +92,7 @@ def test_nyugyoku_features_variant(positions, tmp_path):
 
 def export_renamed(tmp_path: Path, input_names, output_names, dynamic=True) -> Path:
     net = build(preset("tiny"), seed=0).eval()
-    from engine.network import WithSigmoid
+    from engine.core.network import WithSigmoid
 
     path = tmp_path / "odd.onnx"
     axes = {n: {0: "batch_size"} for n in [*input_names, *output_names]} if dynamic else None

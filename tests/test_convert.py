@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from cshogi.dlshogi import make_move_label
 
-from engine import records as R
 from engine.errors import UserError
+from engine.records import formats as R
 from train import convert
 from train.csa import parse_csa
 

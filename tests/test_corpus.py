@@ -17,11 +17,11 @@ import cshogi
 import numpy as np
 import pytest
 
+from engine.core.score import value_to_eval
 from engine.errors import UserError
-from engine.match import EngineSpec, Game, Opening
-from engine.records import iter_hcpe3_positions, read_hcpe
-from engine.score import value_to_eval
-from engine.selfplay import usi_score_to_value
+from engine.match.arbiter import EngineSpec, Game, Opening
+from engine.records.formats import iter_hcpe3_positions, read_hcpe
+from engine.selfplay.runner import usi_score_to_value
 from tests.usi_helpers import RANDOM_ENGINE
 from train.corpus import (
     LOG,

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import records as R
+from engine.core.features import FEATURES2_NUM
 from engine.errors import UserError
-from engine.features import FEATURES2_NUM
+from engine.records import formats as R
 from train import convert, synthetic
 from train.csa import ENDINGS, parse_csa
 from train.dataset import open_corpus, plan_sources

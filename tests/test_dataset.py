@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine import records
+from engine.core.features import features_from_boards, features_from_hcps, mirror_features
+from engine.core.moves import labels_from_move16, legal_moves_and_labels, mirror_label_permutation
 from engine.errors import UserError
-from engine.features import features_from_boards, features_from_hcps, mirror_features
-from engine.moves import labels_from_move16, legal_moves_and_labels, mirror_label_permutation
+from engine.records import formats as records
 from tests.test_features import mirrored_board
 from train import synthetic
 from train.dataset import (

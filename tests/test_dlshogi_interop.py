@@ -15,14 +15,14 @@ import onnx
 import pytest
 import torch
 
-from engine.backend_onnx import OnnxEvaluator
-from engine.backend_torch import TorchEvaluator
-from engine.backends import Platform, create_evaluator
-from engine.dlshogi_format import read_npz
+from engine.backends.choose import Platform, create_evaluator
+from engine.backends.onnx_evaluator import OnnxEvaluator
+from engine.backends.onnx_model import onnx_sha256, sha256_file
+from engine.backends.torch_evaluator import TorchEvaluator
+from engine.core.dlshogi_format import read_npz
+from engine.core.moves import legal_moves_and_labels
+from engine.core.network import NetworkConfig, build, load_model, save_dlshogi
 from engine.errors import UserError
-from engine.moves import legal_moves_and_labels
-from engine.network import NetworkConfig, build, load_model, save_dlshogi
-from engine.onnx_model import onnx_sha256, sha256_file
 from export.onnx_export import export_onnx
 from train import synthetic
 
@@ -302,7 +302,7 @@ def test_train_cli_converts_without_training(tmp_path, boards, reference):
 
 
 def test_selfplay_runs_a_dlshogi_npz_given_its_activation(tmp_path, monkeypatch):
-    from engine.selfplay import SelfPlayConfig, run_selfplay
+    from engine.selfplay.runner import SelfPlayConfig, run_selfplay
 
     monkeypatch.setenv("GUMBEL_SHOGI_CACHE", str(tmp_path / "cache"))
     config = dict(games=1, parallel=1, sims=4, max_moves=12, backend="onnx", progress=False)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.elo import clamp_score, elo_estimate, elo_to_score, likelihood_of_superiority, score_to_elo
+from engine.match.elo import clamp_score, elo_estimate, elo_to_score, likelihood_of_superiority, score_to_elo
 
 
 def test_even_score_is_zero_elo():

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from engine.eval_cache import EvalCache
+from engine.search.eval_cache import EvalCache
 
 
 def _put(cache, key):

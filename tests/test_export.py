@@ -9,10 +9,10 @@ import numpy as np
 import onnx
 import pytest
 
-from engine.backend_onnx import OnnxEvaluator
-from engine.backend_torch import TorchEvaluator
-from engine.network import save_checkpoint
-from engine.position import random_positions
+from engine.backends.onnx_evaluator import OnnxEvaluator
+from engine.backends.torch_evaluator import TorchEvaluator
+from engine.core.network import save_checkpoint
+from engine.core.position import random_positions
 from export.onnx_export import export_onnx
 from tests.test_backends import trained_like
 
@@ -45,7 +45,7 @@ def test_onnx_value_is_a_sigmoid_probability_at_any_batch_size(tmp_path, positio
     import onnxruntime as ort
     import torch
 
-    from engine.features import features_from_boards
+    from engine.core.features import features_from_boards
 
     net = trained_like("tiny")
     report = export_onnx(net, tmp_path / "m.onnx", verify=False)

@@ -3,7 +3,7 @@ import cshogi.dlshogi as dl
 import numpy as np
 import pytest
 
-from engine.features import (
+from engine.core.features import (
     alloc_features,
     current_features2_num,
     ensure_features2,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine import gumbel
+from engine.search import gumbel
 
 
 @pytest.mark.parametrize(

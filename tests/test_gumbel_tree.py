@@ -1,19 +1,19 @@
 """The fast Gumbel search (flat-array tree, numba kernels) against the readable reference
-(engine.gumbel_search): same moves, same policy targets, same games."""
+(engine.search.gumbel_search): same moves, same policy targets, same games."""
 
 import cshogi
 import numpy as np
 import pytest
 
-import engine.selfplay
-from engine.backend_torch import TorchEvaluator
-from engine.eval_cache import EvalCache
-from engine.evaluator import UniformEvaluator
-from engine.gumbel_search import GumbelSearch, SearchParams, search_position
-from engine.gumbel_tree import TreeSearch
-from engine.network import build, preset
-from engine.records import iter_hcpe3_games
-from engine.selfplay import SelfPlayConfig, run_selfplay
+import engine.selfplay.runner
+from engine.backends.evaluator import UniformEvaluator
+from engine.backends.torch_evaluator import TorchEvaluator
+from engine.core.network import build, preset
+from engine.records.formats import iter_hcpe3_games
+from engine.search.eval_cache import EvalCache
+from engine.search.gumbel_search import GumbelSearch, SearchParams, search_position
+from engine.search.gumbel_tree import TreeSearch
+from engine.selfplay.runner import SelfPlayConfig, run_selfplay
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_selfplay_writes_the_same_games_as_the_reference(evaluator, tmp_path, mo
         return list(iter_hcpe3_games(path))
 
     fast = games(tmp_path / "fast")
-    monkeypatch.setattr(engine.selfplay, "TreeSearch", GumbelSearch)
+    monkeypatch.setattr(engine.selfplay.runner, "TreeSearch", GumbelSearch)
     ref = games(tmp_path / "ref")
     assert len(fast) == len(ref) == 6
     for f, r in zip(fast, ref, strict=True):
@@ -94,7 +94,7 @@ def test_selfplay_writes_the_same_games_as_the_reference(evaluator, tmp_path, mo
 def test_terminal_and_moves_generates_the_legal_moves_once_and_agrees_with_cshogi():
     """The search's leaf check: the same verdict as the rules, game over exactly when cshogi has no
     legal move, and the legal moves (in cshogi's order) whenever play goes on."""
-    from engine.rules import terminal, terminal_and_moves
+    from engine.core.rules import terminal, terminal_and_moves
 
     rng = np.random.default_rng(5)
     seen_end = 0

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.backends.evaluator import Evaluator, LatencyModelEvaluator, UniformEvaluator
+from engine.backends.inference_server import ClientEvaluator, InferenceServer, InferenceServerError
+from engine.core.features import FEATURES2_NUM
+from engine.core.moves import NUM_MOVE_LABELS
 from engine.errors import UserError
-from engine.evaluator import Evaluator, LatencyModelEvaluator, UniformEvaluator
-from engine.features import FEATURES2_NUM
-from engine.inference_server import ClientEvaluator, InferenceServer, InferenceServerError
-from engine.moves import NUM_MOVE_LABELS
-from engine.records import iter_hcpe3_games
-from engine.selfplay import SelfPlayConfig, run_selfplay
+from engine.records.formats import iter_hcpe3_games
+from engine.selfplay.runner import SelfPlayConfig, run_selfplay
 from tests.usi_helpers import save_material_model
 
 REPO = Path(__file__).resolve().parent.parent

@@ -168,7 +168,7 @@ def test_interrupted_step_is_not_marked_done(tmp_path, monkeypatch):
 def test_loop_starts_from_an_init_checkpoint_and_still_meets_a_random_reference(tmp_path):
     import torch
 
-    from engine.network import build, load_model, preset, save_checkpoint
+    from engine.core.network import build, load_model, preset, save_checkpoint
 
     init = tmp_path / "supervised.pt"
     save_checkpoint(init, build(preset("tiny", fcl=24), seed=5))
@@ -188,7 +188,7 @@ def test_loop_starts_from_an_init_checkpoint_and_still_meets_a_random_reference(
 
 
 def test_extra_data_is_mixed_into_every_generations_training(tmp_path):
-    from engine.records import read_hcpe
+    from engine.records.formats import read_hcpe
     from train.synthetic import write_hcpe
 
     anchor = tmp_path / "anchor.hcpe"

@@ -13,8 +13,7 @@ import cshogi.usi
 import pytest
 
 from engine.errors import UserError
-from engine.greedy_usi import GreedyPlayer, choose_move, move_score
-from engine.match import (
+from engine.match.arbiter import (
     DEFAULT_RANDOM_PLIES,
     EngineSpec,
     Opening,
@@ -24,6 +23,7 @@ from engine.match import (
     repeated_games,
     run_match,
 )
+from engine.match.greedy_usi import GreedyPlayer, choose_move, move_score
 
 REPO = Path(__file__).resolve().parent.parent
 GREEDY = str(REPO / "bin" / "greedy_usi")
@@ -319,7 +319,7 @@ def test_sennichite_is_the_fourth_occurrence_as_in_real_games():
     """cshogi's is_draw (and searches) call the first repetition a draw; a real game needs four."""
     from collections import Counter
 
-    from engine.rules import game_terminal
+    from engine.core.rules import game_terminal
 
     board = cshogi.Board()
     seen = Counter([board.zobrist_hash()])

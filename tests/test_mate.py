@@ -6,7 +6,7 @@ import time
 import cshogi
 import pytest
 
-from engine.mate import MateSearcher, mated_in_two
+from engine.search.mate import MateSearcher, mated_in_two
 from tests.test_usi import MATE_IN_3, MATE_IN_CHECK, MATED_IN_TWO, NO_QUICK_MATE, assert_mates
 
 HANG_S = 5.0  # far beyond any deadline used here: only a search that ignores its deadline takes this

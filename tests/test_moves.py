@@ -2,7 +2,7 @@ import cshogi
 import cshogi.dlshogi as dl
 import numpy as np
 
-from engine.moves import (
+from engine.core.moves import (
     NUM_MOVE_LABELS,
     label_to_move,
     labels_from_move16,

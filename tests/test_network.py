@@ -5,9 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from engine.errors import UserError
-from engine.features import features_from_boards
-from engine.network import (
+from engine.core.features import features_from_boards
+from engine.core.network import (
     LEGACY_BN_EPS,
     PRESETS,
     NetworkConfig,
@@ -21,6 +20,7 @@ from engine.network import (
     save_checkpoint,
     value_to_eval,
 )
+from engine.errors import UserError
 
 
 @pytest.mark.parametrize("name", ["tiny", "small"])

@@ -13,11 +13,11 @@ import cshogi
 import numpy as np
 import pytest
 
+from engine.core.network import build, preset, save_checkpoint
 from engine.errors import UserError
-from engine.network import build, preset, save_checkpoint
-from engine.records import Hcpe3Writer
-from engine.selfplay import SelfPlayConfig, run_selfplay
-from engine.selfplay_writer import GameRecord, GameWriter
+from engine.records.formats import Hcpe3Writer
+from engine.selfplay.runner import SelfPlayConfig, run_selfplay
+from engine.selfplay.writer import GameRecord, GameWriter
 from export.onnx_export import export_onnx
 
 ROOT = Path(__file__).resolve().parent.parent

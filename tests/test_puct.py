@@ -2,12 +2,12 @@ import cshogi
 import numpy as np
 import pytest
 
-from engine.backend_torch import TorchEvaluator
-from engine.gumbel_search import SearchParams as GumbelParams
-from engine.gumbel_search import search_position
-from engine.network import build, preset
-from engine.puct import Node, Search, SearchControl, SearchParams, policy_move, puct_select
-from engine.puct_tree import FastSearch
+from engine.backends.torch_evaluator import TorchEvaluator
+from engine.core.network import build, preset
+from engine.search.gumbel_search import SearchParams as GumbelParams
+from engine.search.gumbel_search import search_position
+from engine.search.puct import Node, Search, SearchControl, SearchParams, policy_move, puct_select
+from engine.search.puct_tree import FastSearch
 
 MATE_IN_1 = "4k4/9/4P4/9/9/9/9/9/4K4 b G2r2b3g4s4n4l17p 1"
 MIDDLE_GAME = "ln1g3nl/1r1sk1g2/p1pppp1pp/1p4p2/9/2P3P2/PP1PPP1PP/1BG1K2R1/LNS2GSNL b BSs 1"

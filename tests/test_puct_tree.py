@@ -1,15 +1,15 @@
-"""The fast PUCT search (flat arrays, numba descent) against the readable reference engine.puct.Search:
+"""The fast PUCT search (flat arrays, numba descent) against the readable reference engine.search.puct.Search:
 the same visit counts, values, PV and node counts, at batch 1 and with virtual loss at batch 8."""
 
 import cshogi
 import numpy as np
 import pytest
 
-import engine.puct_tree
-from engine.backend_torch import TorchEvaluator
-from engine.network import build, preset
-from engine.puct import Search, SearchControl, SearchParams
-from engine.puct_tree import FastSearch
+import engine.search.puct_tree
+from engine.backends.torch_evaluator import TorchEvaluator
+from engine.core.network import build, preset
+from engine.search.puct import Search, SearchControl, SearchParams
+from engine.search.puct_tree import FastSearch
 
 MATE_IN_1 = "4k4/9/4P4/9/9/9/9/9/4K4 b G2r2b3g4s4n4l17p 1"
 
@@ -56,8 +56,8 @@ def test_same_with_exact_leaves_draw_values_and_a_move_limit(evaluator):
 
 def test_tree_grows_and_reuses_its_subtree_like_the_reference(evaluator, monkeypatch):
     """Arrays that must grow several times, then a descendant position searched on."""
-    monkeypatch.setattr(engine.puct_tree, "INITIAL_NODES", 16)
-    monkeypatch.setattr(engine.puct_tree, "INITIAL_EDGES", 600)
+    monkeypatch.setattr(engine.search.puct_tree, "INITIAL_NODES", 16)
+    monkeypatch.setattr(engine.search.puct_tree, "INITIAL_EDGES", 600)
     runs = []
     for search_type in (Search, FastSearch):
         s, r = _search(search_type, evaluator, cshogi.STARTING_SFEN, [], 500, 8)

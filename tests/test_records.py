@@ -10,8 +10,8 @@ import cshogi
 import numpy as np
 import pytest
 
-from engine import records as R
 from engine.errors import UserError
+from engine.records import formats as R
 
 
 def random_game(seed: int, plies: int = 40) -> tuple[np.ndarray, list[int], list[np.ndarray]]:

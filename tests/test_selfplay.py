@@ -12,14 +12,14 @@ import cshogi
 import numpy as np
 import pytest
 
-from engine.backend_torch import TorchEvaluator
-from engine.gumbel_search import GumbelSearch, SearchParams, search_position
-from engine.gumbel_tree import TreeSearch
-from engine.moves import NUM_MOVE_LABELS, labels_from_move16
-from engine.network import build, preset, save_checkpoint
-from engine.records import RESULT_MASK, iter_hcpe3_games, read_data
-from engine.rules import terminal
-from engine.selfplay import SelfPlayConfig, run_selfplay, sample_move
+from engine.backends.torch_evaluator import TorchEvaluator
+from engine.core.moves import NUM_MOVE_LABELS, labels_from_move16
+from engine.core.network import build, preset, save_checkpoint
+from engine.core.rules import terminal
+from engine.records.formats import RESULT_MASK, iter_hcpe3_games, read_data
+from engine.search.gumbel_search import GumbelSearch, SearchParams, search_position
+from engine.search.gumbel_tree import TreeSearch
+from engine.selfplay.runner import SelfPlayConfig, run_selfplay, sample_move
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,10 +12,12 @@ import cshogi
 import numpy as np
 import pytest
 
-from engine.backend_torch import TorchEvaluator
+from engine.backends.torch_evaluator import TorchEvaluator
+from engine.core.network import build, preset, save_checkpoint
+from engine.core.rules import NYUGYOKU, terminal
+from engine.core.score import value_to_eval
 from engine.errors import UserError
-from engine.network import build, preset, save_checkpoint
-from engine.records import (
+from engine.records.formats import (
     OPPONENT_SELFPLAY,
     OPPONENT_USI_BLACK,
     OPPONENT_USI_WHITE,
@@ -23,9 +25,7 @@ from engine.records import (
     iter_hcpe3_games,
     read_data,
 )
-from engine.rules import NYUGYOKU, terminal
-from engine.score import value_to_eval
-from engine.selfplay import (
+from engine.selfplay.runner import (
     SelfPlayConfig,
     engine_colour,
     engine_reply_outcome,
@@ -67,7 +67,7 @@ if mode in replies:
         elif cmd == ["quit"]:
             break
     sys.exit(0)
-from engine.greedy_usi import GreedyPlayer
+from engine.match.greedy_usi import GreedyPlayer
 player, gos = GreedyPlayer(out), 0
 for line in sys.stdin:
     if line.split()[:1] == ["go"]:

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.timeman import (
+from engine.play.timeman import (
     MIN_THINK_MS,
     Budget,
     Clock,

@@ -7,8 +7,8 @@ import sys
 import pytest
 import torch
 
+from engine.core.network import load_model, read_checkpoint
 from engine.errors import UserError
-from engine.network import load_model, read_checkpoint
 from train import synthetic
 from train.plot import read_metrics
 from train.trainer import TrainConfig, evaluate_checkpoint, lr_factor, train

@@ -11,9 +11,7 @@ import sys
 import pytest
 import torch
 
-from engine.backend_trt import check_engine_sidecar
-from engine.errors import UserError
-from engine.trt_engine import (
+from engine.backends.trt_build import (
     KEY_FIELDS,
     engine_cache_key,
     engine_file_name,
@@ -23,6 +21,8 @@ from engine.trt_engine import (
     sidecar_path,
     store_engine,
 )
+from engine.backends.trt_evaluator import check_engine_sidecar
+from engine.errors import UserError
 
 HAVE_TRT = importlib.util.find_spec("tensorrt") is not None
 KEY = engine_cache_key("ab" * 32, "NVIDIA H100 80GB HBM3", "10.3.0", 256, "fp16")
@@ -107,10 +107,10 @@ needs_trt = pytest.mark.skipif(
 @needs_trt
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_trt_engine_agrees_with_torch(tmp_path, positions):
-    from engine.backend_torch import TorchEvaluator
-    from engine.backend_trt import TrtEvaluator
-    from engine.onnx_model import write_onnx
-    from engine.trt_engine import has_fp16_flag, import_tensorrt
+    from engine.backends.onnx_model import write_onnx
+    from engine.backends.torch_evaluator import TorchEvaluator
+    from engine.backends.trt_build import has_fp16_flag, import_tensorrt
+    from engine.backends.trt_evaluator import TrtEvaluator
     from export.build_engine import build_engine
     from tests.test_backends import assert_agree, trained_like
 

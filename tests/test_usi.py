@@ -13,12 +13,12 @@ from cshogi.usi import Engine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import timeman
-from engine.network import build, preset, save_checkpoint
-from engine.onnx_model import write_onnx
-from engine.position import check_sfen, parse_position
-from engine.puct import SearchControl
-from engine.usi import DEFAULT_GO_MS, MateClock, default_options, parse_go, time_budget
+from engine.backends.onnx_model import write_onnx
+from engine.core.network import build, preset, save_checkpoint
+from engine.core.position import check_sfen, parse_position
+from engine.play import timeman
+from engine.play.usi import DEFAULT_GO_MS, MateClock, default_options, parse_go, time_budget
+from engine.search.puct import SearchControl
 from tests.usi_helpers import save_material_model, write_random_engine
 
 ENGINE = str(Path(__file__).resolve().parent.parent / "bin" / "usi_engine")

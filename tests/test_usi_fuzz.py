@@ -15,8 +15,8 @@ from pathlib import Path
 import cshogi
 import pytest
 
-from engine.position import parse_position
-from engine.usi import DEFAULT_GO_MS, GoCommand, UsiEngine, parse_go
+from engine.core.position import parse_position
+from engine.play.usi import DEFAULT_GO_MS, GoCommand, UsiEngine, parse_go
 from tests.test_usi import MATE_IN_3, NO_QUICK_MATE
 from tests.usi_helpers import save_material_model
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from engine.network import build, preset, save_checkpoint
+from engine.core.network import build, preset, save_checkpoint
 
 # dlshogi feature planes: own pieces P L N S B R G K +P +L +N +S +B +R at 0..13, the opponent's at 31..44;
 # hand counts (thermometer planes, uniform over the board): own P8 L4 N4 S4 G4 B2 R2 at 0..27,

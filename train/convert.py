@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from engine.errors import UserError
 from engine.fileio import atomic_write
-from engine.records import (
+from engine.records.formats import (
     HCPE,
     MOVE_INFO,
     MOVE_VISITS,
@@ -265,7 +265,7 @@ def _hcpe3_records(path: Path, counts: Counter) -> Iterator[np.ndarray]:
 def hcpe3_cache(
     inputs: Iterable[PathLike], out: PathLike, average: bool = False, temperature: float = 1.0
 ) -> Counter:
-    """dlshogi's random-access training cache of hcpe3 files (see engine.records.build_hcpe3_cache)."""
+    """dlshogi's random-access training cache of hcpe3 files (see records.formats.build_hcpe3_cache)."""
     files = expand_inputs(inputs, (".hcpe3",), "hcpe3")
     stats = build_hcpe3_cache(files, out, average=average, temperature=temperature, progress=True)
     return Counter(vars(stats))

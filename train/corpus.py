@@ -1,8 +1,8 @@
 """A supervised corpus from games between USI engines (e.g. Fairy-Stockfish, gpsshogi) at set strengths.
 
 `parallel` games run at once, each in a worker thread that owns its two engine processes and plays
-with `engine.match.play_game` (the arbiter's rules, crash/timeout detection, engine restart). Game i
-starts from opening i of `engine.match.random_openings(seed)` (distinct random plies, not recorded)
+with `engine.match.arbiter.play_game` (the arbiter's rules, crash/timeout detection, engine restart). Game i
+starts from opening i of `engine.match.arbiter.random_openings(seed)` (distinct random plies, not recorded)
 with teacher `i % 2` as Black, so both teachers play both colours. Every move after the opening
 becomes a row: the position, the move played, the mover's `info score` as eval (dlshogi's scale, so
 training's val_lambda can mix score and result) and the game result. A position already in the
@@ -32,9 +32,11 @@ import cshogi
 import numpy as np
 from tqdm import tqdm
 
+from engine.core.rules import BLACK_WIN, DEFAULT_MAX_MOVES, DRAW, WHITE_WIN
+from engine.core.score import value_to_eval
 from engine.errors import UserError
 from engine.fileio import atomic_write_text, check_output_dir
-from engine.match import (
+from engine.match.arbiter import (
     DEFAULT_MOVE_TIMEOUT,
     EngineSpec,
     Game,
@@ -43,11 +45,16 @@ from engine.match import (
     play_game,
     random_openings,
 )
-from engine.records import HCPE, RESULT_MASK, Hcpe3Writer, append_hcpe, iter_hcpe3_positions, read_hcpe
-from engine.rules import BLACK_WIN, DEFAULT_MAX_MOVES, DRAW, WHITE_WIN
-from engine.score import value_to_eval
-from engine.selfplay import _stop_on_signals, usi_score_to_value
-from engine.selfplay_writer import GameRecord, to_hcpe3
+from engine.records.formats import (
+    HCPE,
+    RESULT_MASK,
+    Hcpe3Writer,
+    append_hcpe,
+    iter_hcpe3_positions,
+    read_hcpe,
+)
+from engine.selfplay.runner import _stop_on_signals, usi_score_to_value
+from engine.selfplay.writer import GameRecord, to_hcpe3
 from train.convert import REASON_NAMES
 
 FORMATS = ("hcpe", "hcpe3")

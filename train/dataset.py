@@ -28,10 +28,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from engine import records
+from engine.core.features import FEATURES1_NUM, ensure_features2, features_from_hcps
+from engine.core.moves import NUM_MOVE_LABELS, labels_from_move16, mirror_label_permutation
 from engine.errors import UserError
-from engine.features import FEATURES1_NUM, ensure_features2, features_from_hcps
-from engine.moves import NUM_MOVE_LABELS, labels_from_move16, mirror_label_permutation
+from engine.records import formats as records
 
 RECORD_SUFFIXES = tuple(records.EXTENSIONS)
 

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.core.network import build, load_model, preset, save_checkpoint
 from engine.errors import UserError
 from engine.fileio import atomic_write_text
-from engine.match import EngineSpec, play_match, random_openings, started
-from engine.network import build, load_model, preset, save_checkpoint
-from engine.records import iter_hcpe3_games
+from engine.match.arbiter import EngineSpec, play_match, random_openings, started
+from engine.records.formats import iter_hcpe3_games
 
 if TYPE_CHECKING:
-    from engine.selfplay import SelfPlayConfig
+    from engine.selfplay.runner import SelfPlayConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 USI_ENGINE = REPO_ROOT / "bin" / "usi_engine"
@@ -123,7 +123,7 @@ class LoopConfig:
         return out
 
     def usi_options(self) -> dict[str, str]:
-        from engine.selfplay import parse_usi_options
+        from engine.selfplay.runner import parse_usi_options
 
         return parse_usi_options(item for item in self.usi_option.split(",") if item.strip())
 
@@ -262,7 +262,7 @@ def play_model(paths: RunPaths, g: int) -> Path:
 
 def selfplay_config(cfg: LoopConfig, g: int, folder: Path, model: Path, before: int = 0) -> SelfPlayConfig:
     """Generation g's self-play settings; `before` games are already in the folder."""
-    from engine.selfplay import SelfPlayConfig
+    from engine.selfplay.runner import SelfPlayConfig
 
     s = cfg.schedules()
     games = max(at_generation(s["games"], g) - before, 1)
@@ -293,7 +293,7 @@ def selfplay_config(cfg: LoopConfig, g: int, folder: Path, model: Path, before: 
 
 
 def step_selfplay(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], None]) -> dict[str, Any]:
-    from engine.selfplay import run_selfplay
+    from engine.selfplay.runner import run_selfplay
 
     target = at_generation(cfg.schedules()["games"], g)
     folder = paths.selfplay(g)

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import cshogi
 import numpy as np
 
-from engine import records
-from engine.moves import NUM_MOVE_LABELS, legal_moves_and_labels
+from engine.core.moves import NUM_MOVE_LABELS, legal_moves_and_labels
+from engine.records import formats as records
 
 
 def target_move(board: cshogi.Board) -> int:

@@ -30,10 +30,8 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm import tqdm
 
-from engine.errors import UserError
-from engine.features import FEATURES2_NUM, FEATURES2_NYUGYOKU_NUM, ensure_features2
-from engine.fileio import atomic_write_text, check_output_dir
-from engine.network import (
+from engine.core.features import FEATURES2_NUM, FEATURES2_NYUGYOKU_NUM, ensure_features2
+from engine.core.network import (
     PolicyValueNetwork,
     build,
     load_model,
@@ -42,6 +40,8 @@ from engine.network import (
     read_checkpoint,
     save_checkpoint,
 )
+from engine.errors import UserError
+from engine.fileio import atomic_write_text, check_output_dir
 from train.dataset import (
     Batch,
     BatchDataset,

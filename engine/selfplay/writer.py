@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.moves import NUM_MOVE_LABELS
-from engine.records import (
+from engine.core.moves import NUM_MOVE_LABELS
+from engine.core.score import value_to_eval
+from engine.records.formats import (
     DATA,
     MOVE_INFO,
     MOVE_VISITS,
@@ -33,7 +34,6 @@ from engine.records import (
     Hcpe3Writer,
     append_data,
 )
-from engine.score import value_to_eval
 
 FORMATS = ("hcpe3", "data")
 VISIT_SCALE = 65535  # hcpe3 visitNum holds round(p * 65535) of the improved policy

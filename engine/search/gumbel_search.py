@@ -8,12 +8,12 @@ exact shortcut: simulations whose root action does not depend on earlier results
 actions get visited) descend together, since distinct root actions have disjoint subtrees. That cuts
 the sequential steps per move from n + 1 to about half, so fewer parallel games fill a batch.
 
-Leaf values are exact where the rules decide (`engine.rules.terminal`: mate, nyugyoku declaration,
+Leaf values are exact where the rules decide (`engine.core.rules.terminal`: mate, nyugyoku declaration,
 repetition, move limit) and for positions with a mate in one for the side to move (value 1); only the
-rest go to the network, through the shared cache (engine.eval_cache).
+rest go to the network, through the shared cache (engine.search.eval_cache).
 
 This object-per-node version is the readable reference: self-play and the USI engine's gumbel mode
-run engine.gumbel_tree.TreeSearch (flat arrays, numba), which tests hold to the same moves and
+run engine.search.gumbel_tree.TreeSearch (flat arrays, numba), which tests hold to the same moves and
 policy targets.
 """
 
@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 import cshogi
 import numpy as np
 
-from engine import gumbel
-from engine.eval_cache import EvalCache
-from engine.evaluator import Evaluator
-from engine.features import alloc_features, fill_features
-from engine.moves import labels_from_move16
-from engine.rules import DEFAULT_MAX_MOVES, terminal
+from engine.backends.evaluator import Evaluator
+from engine.core.features import alloc_features, fill_features
+from engine.core.moves import labels_from_move16
+from engine.core.rules import DEFAULT_MAX_MOVES, terminal
+from engine.search import gumbel
+from engine.search.eval_cache import EvalCache
 
 
 @dataclass(frozen=True)
@@ -265,7 +265,7 @@ def search_position(
     stop: Callable[[], bool] | None = None,
 ) -> SearchResult:
     """One search on its own, each leaf batch evaluated as it comes (for tests and single-board
-    callers); `search_type` is this reference or engine.gumbel_tree.TreeSearch (same interface)."""
+    callers); `search_type` is this reference or engine.search.gumbel_tree.TreeSearch (same interface)."""
     batch = LeafBatch(max(params.considered, 1) + 1, evaluator.input2)
     search = search_type(params, cache if cache is not None else EvalCache(1 << 16), batch)
     steps = search.run(board, rng, stop)

@@ -36,10 +36,10 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
+from engine.backends.evaluator import Evaluator, Pending
+from engine.core.features import FEATURES1_NUM, FEATURES2_NYUGYOKU_NUM
+from engine.core.moves import NUM_MOVE_LABELS
 from engine.errors import UserError
-from engine.evaluator import Evaluator, Pending
-from engine.features import FEATURES1_NUM, FEATURES2_NYUGYOKU_NUM
-from engine.moves import NUM_MOVE_LABELS
 
 DEFAULT_GATHER_WAIT = 0.0  # seconds the server waits for clients still searching
 DEFAULT_TIMEOUT = 300.0  # seconds a client waits for one reply before it gives up

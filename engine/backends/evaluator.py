@@ -1,7 +1,7 @@
 """The one interface between search and network: features in, policy logits and win probabilities out.
 
 Search code (self-play, USI) only sees `Evaluator`; which runtime runs the network (torch, onnxruntime,
-TensorRT) is chosen by `create_evaluator` (engine/backends.py) and never leaks into the search.
+TensorRT) is chosen by `create_evaluator` (engine/backends/choose.py) and never leaks into the search.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 import cshogi
 import numpy as np
 
-from engine.features import FEATURES1_NUM, FEATURES2_NUM, ensure_features2, fill_features
-from engine.moves import NUM_MOVE_LABELS
+from engine.core.features import FEATURES1_NUM, FEATURES2_NUM, ensure_features2, fill_features
+from engine.core.moves import NUM_MOVE_LABELS
 
 Outputs = tuple[np.ndarray, np.ndarray]  # (policy logits [n, 2187], value [n]), float32
 Pending = Callable[[], Outputs]  # waits for a submitted call's outputs

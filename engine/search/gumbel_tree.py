@@ -1,7 +1,7 @@
-"""The fast Gumbel AlphaZero search: engine.gumbel_search's algorithm, simulation for simulation, over a
-flat-array tree with numba kernels (engine.tree_kernels) instead of per-node objects.
+"""The fast Gumbel AlphaZero search: gumbel_search's algorithm, simulation for simulation, over a
+flat-array tree with numba kernels (tree_kernels) instead of per-node objects.
 
-engine.gumbel_search stays the readable reference; tests hold this one to the same chosen moves and
+engine.search.gumbel_search stays the readable reference; tests hold this one to the same chosen moves and
 policy targets. Per simulation the work left in Python is the board walk (push/pop), the rules'
 terminal checks, one cache lookup and, for a new position, legal-move generation and its features.
 The interface is the reference's: `run(board, rng)` yields whenever the shared `LeafBatch` must be
@@ -16,13 +16,13 @@ from collections.abc import Callable, Generator
 import cshogi
 import numpy as np
 
-from engine import gumbel
-from engine import tree_kernels as tk
-from engine.eval_cache import EvalCache
-from engine.evaluator import UniformEvaluator
-from engine.gumbel_search import LeafBatch, SearchParams, SearchResult, search_position
-from engine.moves import label_table
-from engine.rules import terminal_and_moves
+from engine.backends.evaluator import UniformEvaluator
+from engine.core.moves import label_table
+from engine.core.rules import terminal_and_moves
+from engine.search import gumbel
+from engine.search import tree_kernels as tk
+from engine.search.eval_cache import EvalCache
+from engine.search.gumbel_search import LeafBatch, SearchParams, SearchResult, search_position
 
 MAX_LEGAL_MOVES = 593  # the most legal moves a shogi position can have
 _NO_LOGITS = np.empty(0, dtype=np.float32)
@@ -33,7 +33,7 @@ _EDGE_ARRAYS = ("child", "N", "W", "logit", "prob", "move", "label")
 
 
 class Tree:
-    """Preallocated arrays for one search of at most `max_nodes` nodes (see engine.tree_kernels);
+    """Preallocated arrays for one search of at most `max_nodes` nodes (see engine.search.tree_kernels);
     the edge arrays start at room for 128 legal moves a node and double when a search needs more.
     `slots` leaves of a round can wait on the network at once: their nodes, batch rows and paths
     (paths[slot, :length]) are kept here until the batch is evaluated."""
@@ -235,7 +235,7 @@ class TreeSearch:
 
 
 def _result(tree: Tree, root: int, g: np.ndarray, considered: np.ndarray, p: SearchParams) -> SearchResult:
-    """The move and policy target from the root's statistics (tree_kernels.root_result: engine.gumbel's
+    """The move and policy target from the root's statistics (tree_kernels.root_result: engine.search.gumbel's
     improved_policy and final_move in one compiled call)."""
     edges = tree.edges(root)
     n = edges.stop - edges.start

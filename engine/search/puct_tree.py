@@ -1,7 +1,7 @@
-"""The fast PUCT search: engine.puct.Search's algorithm over a flat-array tree, each playout's descent
-(selection, virtual loss, backup of exact leaves, collisions) one numba call (engine.tree_kernels).
+"""The fast PUCT search: engine.search.puct.Search's algorithm over a flat-array tree, each playout's descent
+(selection, virtual loss, backup of exact leaves, collisions) one numba call (engine.search.tree_kernels).
 
-engine.puct.Search stays the readable reference; this class inherits its control logic (run, stop
+engine.search.puct.Search stays the readable reference; this class inherits its control logic (run, stop
 rules, best move, PV, result) and replaces only the tree: `NodeView` gives those methods the
 reference's node attributes as slices of the flat arrays. Tests hold it to the reference's visit
 counts at batch 1. Python is left with the board walk to a new leaf, the rules' checks, the cache and
@@ -13,11 +13,11 @@ from __future__ import annotations
 import cshogi
 import numpy as np
 
-from engine import tree_kernels as tk
-from engine.evaluator import Evaluator, UniformEvaluator
-from engine.features import fill_features
-from engine.moves import label_table, legal_moves_and_labels
-from engine.puct import Search, SearchControl, SearchParams
+from engine.backends.evaluator import Evaluator, UniformEvaluator
+from engine.core.features import fill_features
+from engine.core.moves import label_table, legal_moves_and_labels
+from engine.search import tree_kernels as tk
+from engine.search.puct import Search, SearchControl, SearchParams
 
 MAX_LEGAL_MOVES = 593
 INITIAL_NODES, INITIAL_EDGES = 1 << 12, 1 << 18  # array sizes of a new tree (they double as needed)
@@ -71,7 +71,7 @@ class Tree:
 
 
 class NodeView:
-    """A node seen through the reference's attributes (engine.puct.Node), for the inherited methods."""
+    """A node seen through the reference's attributes (engine.search.puct.Node), for the inherited methods."""
 
     __slots__ = ("tree", "index")
 
@@ -135,7 +135,7 @@ class NodeView:
 
 
 class FastSearch(Search):
-    """engine.puct.Search with the tree in flat arrays; same options, same answers."""
+    """engine.search.puct.Search with the tree in flat arrays; same options, same answers."""
 
     def __init__(
         self, evaluator: Evaluator, params: SearchParams | None = None, batch_size: int | None = None

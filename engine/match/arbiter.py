@@ -1,6 +1,6 @@
 """Games between two USI engines: alternating colours, fixed node budget or byoyomi, exact arbitration.
 
-The arbiter keeps its own board and judges every game end with `engine.rules.terminal`: mate (no
+The arbiter keeps its own board and judges every game end with `engine.core.rules.terminal`: mate (no
 legal moves), repetition (sennichite draw, perpetual check loses) and the move limit (draw).
 Declaring a nyugyoku win (`bestmove win`) wins only if `Board.is_nyugyoku()` agrees, otherwise it
 loses like an illegal move; `bestmove resign` loses. An engine that crashes or exceeds the move
@@ -32,10 +32,10 @@ import cshogi.usi
 from cshogi import CSA
 from tqdm import tqdm
 
-from engine.elo import EloEstimate, elo_estimate
+from engine.core.rules import DEFAULT_MAX_MOVES, MAX_MOVES, SENNICHITE, game_terminal, terminal
 from engine.errors import UserError
 from engine.fileio import atomic_write
-from engine.rules import DEFAULT_MAX_MOVES, MAX_MOVES, SENNICHITE, game_terminal, terminal
+from engine.match.elo import EloEstimate, elo_estimate
 
 STARTPOS = "startpos"
 DEFAULT_MOVE_TIMEOUT = 60.0  # seconds on top of the byoyomi before an engine loses on time

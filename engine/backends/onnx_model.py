@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from engine.features import FEATURES1_NUM
+from engine.backends.io_spec import BATCH_AXIS, INPUT_NAMES, OUTPUT_NAMES
+from engine.core.features import FEATURES1_NUM
+from engine.core.network import PolicyValueNetwork, WithSigmoid
 from engine.fileio import atomic_write_bytes
-from engine.io_spec import BATCH_AXIS, INPUT_NAMES, OUTPUT_NAMES
-from engine.network import PolicyValueNetwork, WithSigmoid
 
 DEFAULT_OPSET = 17
 VALUE_HEAD = ("value_conv1", "value_norm1", "value_fc1", "value_fc2")

@@ -8,7 +8,7 @@ two exceptions a GUI depends on: a `go` with a bad argument still searches with 
 (`info string warning:` for the rest), and after a rejected `position` the next `go` answers
 `bestmove resign` (the engine does not know the position, and the last one may be the other side's).
 
-Mate searches (df-pn) run in a child process (engine/mate.py) with a wall-clock deadline, so `stop`,
+Mate searches (df-pn) run in a child process (engine/search/mate.py) with a wall-clock deadline, so `stop`,
 `quit` and the move's time limit are kept while they run.
 
 A model that fails to load is reported at `isready` (`info string error: <path>: ...`) and the
@@ -35,19 +35,19 @@ from typing import IO, Any, NoReturn
 import cshogi
 import numpy as np
 
-from engine import timeman
-from engine.backends import BACKENDS, create_evaluator, default_model_path
-from engine.evaluator import Evaluator
-from engine.features import fill_features
-from engine.mate import MAX_DEPTH, MateResult, MateSearcher, mated_in_two
-from engine.moves import legal_moves_and_labels
-from engine.position import parse_position
-from engine.puct import SEARCH_MODES, Search, SearchControl, SearchParams, SearchResult, policy_move
-from engine.score import value_to_eval
+from engine.backends.choose import BACKENDS, create_evaluator, default_model_path
+from engine.backends.evaluator import Evaluator
+from engine.core.features import fill_features
+from engine.core.moves import legal_moves_and_labels
+from engine.core.position import parse_position
+from engine.core.score import value_to_eval
+from engine.play import timeman
+from engine.search.mate import MAX_DEPTH, MateResult, MateSearcher, mated_in_two
+from engine.search.puct import SEARCH_MODES, Search, SearchControl, SearchParams, SearchResult, policy_move
 
 ENGINE_NAME = "GumbelShogi"
 ENGINE_AUTHOR = "gumbel-shogi developers"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_GO_MS = 1000  # a bare `go` (no clock, no limit) thinks this long
 
 
@@ -139,7 +139,7 @@ def default_options() -> list[Option]:
     ]
 
 
-# ----- go parsing (positions are parsed and validated in engine/position.py) -----
+# ----- go parsing (positions are parsed and validated in engine/core/position.py) -----
 
 
 _GO_INT = ("btime", "wtime", "binc", "winc", "byoyomi", "nodes", "movetime")
@@ -443,7 +443,9 @@ class UsiEngine:
             return None
         self.load_error = None
         self.evaluator = timed
-        from engine.puct_tree import FastSearch  # numba: loaded (kernels compiled) at isready, after usiok
+        from engine.search.puct_tree import (
+            FastSearch,  # numba: loaded (kernels compiled) at isready, after usiok
+        )
 
         self.search = FastSearch(timed, self._search_params(), batch_size=key[2])
         return timed

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.evaluator import Evaluator
-from engine.moves import NUM_MOVE_LABELS
-from engine.network import PolicyValueNetwork
+from engine.backends.evaluator import Evaluator
+from engine.core.moves import NUM_MOVE_LABELS
+from engine.core.network import PolicyValueNetwork
 
 
 def bucket_size(n: int, max_batch: int) -> int:

@@ -1,14 +1,14 @@
 """Gumbel AlphaZero self-play: many games advanced together, one batched network call per step.
 
 Each process runs `parallel` games split into `groups`. A group's games walk their trees until every
-one waits on the network (`engine.gumbel_tree`), the group's leaves go to the evaluator as one
+one waits on the network (`engine.search.gumbel_tree`), the group's leaves go to the evaluator as one
 batch in a background thread (torch and onnxruntime release the GIL), and meanwhile the other group's
 games are resumed with their results and walk on. With one group, tree walking and inference take
-turns. Finished games go to a background writer (`engine.selfplay_writer`); SIGINT/SIGTERM stop
+turns. Finished games go to a background writer (`engine.selfplay.writer`); SIGINT/SIGTERM stop
 after the current step, every finished game written, unfinished ones dropped.
 `processes > 1` runs worker processes (own search, cache and output file) with one progress bar. Each
 builds its own evaluator, or, with the inference server (`inference_server`: on, or auto with a GPU
-backend), all feed one evaluator in one more process (`engine.inference_server`: one GPU context and
+backend), all feed one evaluator in one more process (`engine.backends.inference_server`: one GPU context and
 engine build, rows of every worker in each forward call). A worker that dies (killed, crashed) is
 reported and the others play on; its finished games stay in its file.
 
@@ -46,18 +46,18 @@ import cshogi
 import numpy as np
 from tqdm import tqdm
 
+from engine.backends.evaluator import Evaluator, Pending
+from engine.backends.inference_server import ClientEvaluator, Endpoint, InferenceServer
+from engine.core.rules import BLACK_WIN, DRAW, NYUGYOKU, WHITE_WIN, terminal, win_for
+from engine.core.score import eval_to_value
 from engine.errors import UserError
-from engine.eval_cache import EvalCache
-from engine.evaluator import Evaluator, Pending
 from engine.fileio import check_output_dir
-from engine.gumbel_search import LeafBatch, SearchParams, SearchResult
-from engine.gumbel_tree import TreeSearch
-from engine.inference_server import ClientEvaluator, Endpoint, InferenceServer
-from engine.match import DEFAULT_MOVE_TIMEOUT, EngineFailure, EngineSpec, UsiProcess
-from engine.records import OPPONENT_SELFPLAY, OPPONENT_USI_BLACK, OPPONENT_USI_WHITE, RESULT_MASK
-from engine.rules import BLACK_WIN, DRAW, NYUGYOKU, WHITE_WIN, terminal, win_for
-from engine.score import eval_to_value
-from engine.selfplay_writer import FORMATS, GameRecord, GameWriter, output_path
+from engine.match.arbiter import DEFAULT_MOVE_TIMEOUT, EngineFailure, EngineSpec, UsiProcess
+from engine.records.formats import OPPONENT_SELFPLAY, OPPONENT_USI_BLACK, OPPONENT_USI_WHITE, RESULT_MASK
+from engine.search.eval_cache import EvalCache
+from engine.search.gumbel_search import LeafBatch, SearchParams, SearchResult
+from engine.search.gumbel_tree import TreeSearch
+from engine.selfplay.writer import FORMATS, GameRecord, GameWriter, output_path
 
 USI_COLOURS = ("black", "white", "alternate")
 INFERENCE_SERVER = ("auto", "on", "off")
@@ -673,7 +673,7 @@ def _make_evaluator(
     """The configured evaluator, its CPU threads limited so that worker processes do not oversubscribe."""
     import torch
 
-    from engine.backends import create_evaluator
+    from engine.backends.choose import create_evaluator
 
     threads = threads or _threads(config)
     torch.set_num_threads(threads)
@@ -696,7 +696,7 @@ def _server_evaluator(config: SelfPlayConfig, max_batch: int) -> Evaluator:
 
 def _gpu_backend(config: SelfPlayConfig) -> bool:
     """Whether the configured evaluator would run on a GPU, decided without building it."""
-    from engine.backends import choose_backend, default_model_path, model_kind, probe_platform
+    from engine.backends.choose import choose_backend, default_model_path, model_kind, probe_platform
 
     path = Path(config.model) if config.model else default_model_path()
     try:

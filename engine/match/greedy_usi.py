@@ -6,7 +6,7 @@ material gain in reply (a capture or promotion; one ply plus the recapture), avo
 allow a mate in one. Ties are broken by a seeded RNG (option `Seed`) that runs on across the games
 of a session, so a match is reproducible but its games differ. Time controls are ignored.
 
-    python -m engine.greedy_usi        (or bin/greedy_usi)
+    python -m engine.match.greedy_usi        (or bin/greedy_usi)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import IO
 
 import cshogi
 
-from engine.position import board_after, parse_position
+from engine.core.position import board_after, parse_position
 
 NAME = "GreedyMaterial"
 # Apery-style piece values (centipawns) by cshogi piece type 1..14; a piece in hand counts its

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.backends.evaluator import Evaluator
 from engine.errors import UserError
-from engine.evaluator import Evaluator
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = REPO_ROOT / "models"
 DEFAULT_MODEL = MODELS_DIR / "default.pt"
 BACKENDS = ("auto", "torch", "onnx", "trt")
@@ -94,7 +94,7 @@ def probe_platform(device: str | None = None) -> Platform:
     """A device of 'cpu' rules out the GPU paths whatever is installed."""
     import importlib.util
 
-    from engine.backend_onnx import available_providers
+    from engine.backends.onnx_evaluator import available_providers
 
     cuda = not (device or "").startswith("cpu") and _cuda_driver_present() and _torch_sees_cuda()
     tensorrt = cuda and importlib.util.find_spec("tensorrt") is not None
@@ -194,7 +194,7 @@ def create_evaluator(
 
 
 def _network(path: Path | None, activation: str | None):
-    from engine.network import build, load_model, preset
+    from engine.core.network import build, load_model, preset
 
     return build(preset("small"), seed=0) if path is None else load_model(path, activation)
 
@@ -213,24 +213,24 @@ def _build(
 ) -> Evaluator:
     kind = model_kind(path)
     if choice.backend == "torch":
-        from engine.backend_torch import TorchEvaluator
+        from engine.backends.torch_evaluator import TorchEvaluator
 
         dev = device if device and device.startswith(choice.device) else choice.device
         return TorchEvaluator(
             _network(path, activation), max_batch, dev, fp16=fp16, cuda_graphs=cuda_graphs, threads=threads
         )
     if choice.backend == "onnx":
-        from engine.backend_onnx import OnnxEvaluator
+        from engine.backends.onnx_evaluator import OnnxEvaluator
 
         if kind == "onnx":
             onnx_path = path  # no torch: an ONNX model runs on onnxruntime alone
         else:
-            from engine.onnx_model import cached_onnx
+            from engine.backends.onnx_model import cached_onnx
 
             onnx_path = cached_onnx(_network(path, activation), path, cache or default_cache_dir())
         return OnnxEvaluator(onnx_path, max_batch, threads=threads, providers=list(choice.providers))
-    from engine.backend_trt import TrtEvaluator
-    from engine.trt_engine import build_cached_engine, has_fp16_flag, import_tensorrt
+    from engine.backends.trt_build import build_cached_engine, has_fp16_flag, import_tensorrt
+    from engine.backends.trt_evaluator import TrtEvaluator
 
     dev_index = int(device.split(":")[1]) if device and ":" in device else 0
     if kind == "engine":
@@ -240,7 +240,7 @@ def _build(
     if kind == "onnx":
         onnx_path = path
     else:
-        from engine.onnx_model import cached_onnx
+        from engine.backends.onnx_model import cached_onnx
 
         typed16 = precision == "fp16" and not has_fp16_flag(import_tensorrt())
         onnx_path = cached_onnx(_network(path, activation), path, cache, fp16=typed16)

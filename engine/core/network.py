@@ -1,5 +1,5 @@
 """The policy-value ResNet: dlshogi's generic `resnetBxC_fclF[_swish]` network, same layer names and
-arithmetic, so its state dicts and ours are interchangeable (engine/dlshogi_format.py maps the rest).
+arithmetic, so its state dicts and ours are interchangeable (engine/core/dlshogi_format.py maps the rest).
 
 Our checkpoints record their own architecture (`config`), so a file alone is enough to rebuild the
 network; they are plain dicts of tensors and primitives, loadable with `torch.load(weights_only=True)`.
@@ -17,12 +17,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine import dlshogi_format
+from engine.core import dlshogi_format
+from engine.core.features import FEATURES1_NUM, FEATURES2_NUM
+from engine.core.moves import NUM_DIRECTIONS, NUM_MOVE_LABELS
+from engine.core.score import EVAL_COEF, eval_to_value, value_to_eval
 from engine.errors import UserError
-from engine.features import FEATURES1_NUM, FEATURES2_NUM
 from engine.fileio import atomic_write
-from engine.moves import NUM_DIRECTIONS, NUM_MOVE_LABELS
-from engine.score import EVAL_COEF, eval_to_value, value_to_eval
 
 CHECKPOINT_FORMAT = "gumbel-shogi-checkpoint/1"
 # Our checkpoints written before bn_eps was recorded used 2e-5; dlshogi (and new nets) use 1e-5.
@@ -257,7 +257,7 @@ def _legacy_name(key: str) -> str:
 
 def load_model(path: str | os.PathLike, activation: str | None = None) -> PolicyValueNetwork:
     """Load our checkpoint, or a dlshogi trainer checkpoint / state dict / npz model file (the activation
-    from `activation`, else the file name; see engine/dlshogi_format.py)."""
+    from `activation`, else the file name; see engine/core/dlshogi_format.py)."""
     path = Path(path)
     if path.is_file() and dlshogi_format.is_npz(path):
         return network_from_payload(dlshogi_format.read_npz(path), path, activation).eval()

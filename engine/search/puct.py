@@ -10,9 +10,9 @@ moves on one cshogi Board that holds the game's history, so repetitions before t
 Values are win probabilities. `Node.w` and `child_w` are sums from the point of view of the side to
 move at that node (q(a) = the mover's expected result after playing a), as in dlshogi.
 
-This readable version is the reference: engine.puct_tree.FastSearch (flat arrays, numba) inherits its
+This readable version is the reference: engine.search.puct_tree.FastSearch (flat arrays, numba) inherits its
 control logic and must reach the same visit counts. `mode="gumbel"` runs self-play's Gumbel search
-(engine.gumbel_tree) instead of PUCT, with the same network cache (engine.eval_cache).
+(engine.search.gumbel_tree) instead of PUCT, with the same network cache (engine.search.eval_cache).
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ from dataclasses import dataclass, field
 import cshogi
 import numpy as np
 
-from engine import gumbel
-from engine.eval_cache import EvalCache
-from engine.evaluator import Evaluator
-from engine.features import fill_features
-from engine.gumbel_search import SearchParams as GumbelParams
-from engine.gumbel_search import SearchResult as GumbelResult
-from engine.gumbel_search import search_position
-from engine.moves import legal_moves_and_labels
-from engine.rules import terminal
-from engine.timeman import can_stop_early
+from engine.backends.evaluator import Evaluator
+from engine.core.features import fill_features
+from engine.core.moves import legal_moves_and_labels
+from engine.core.rules import terminal
+from engine.play.timeman import can_stop_early
+from engine.search import gumbel
+from engine.search.eval_cache import EvalCache
+from engine.search.gumbel_search import SearchParams as GumbelParams
+from engine.search.gumbel_search import SearchResult as GumbelResult
+from engine.search.gumbel_search import search_position
 
 SEARCH_MODES = ("puct", "gumbel", "policy")
 
@@ -56,7 +56,7 @@ class SearchParams:
     max_moves: int | None = None  # game length at which the game is drawn (None: no limit)
     node_limit: int = 2_000_000  # stop growing the tree past this many nodes
     cache_size: int = 1_000_000  # NN results kept by position hash
-    mode: str = "puct"  # puct | gumbel (self-play's search: engine.gumbel_tree)
+    mode: str = "puct"  # puct | gumbel (self-play's search: engine.search.gumbel_tree)
     gumbel_considered: int = 16
     gumbel_c_visit: float = gumbel.C_VISIT
     gumbel_c_scale: float = gumbel.C_SCALE
@@ -162,7 +162,7 @@ class Search:
         self._root_color = cshogi.BLACK
         self.gumbel_result: GumbelResult | None = None  # the last gumbel-mode search (move, target)
         if self.params.mode == "gumbel":  # compile its kernels now (isready), not in the first move's time
-            from engine.gumbel_tree import warm_up
+            from engine.search.gumbel_tree import warm_up
 
             warm_up(evaluator.input2)
 
@@ -384,9 +384,9 @@ class Search:
         return self.result(control)
 
     def _run_gumbel(self, control: SearchControl, rng: np.random.Generator) -> SearchResult:
-        """Search_Mode gumbel: self-play's own search (engine.gumbel_tree, mctx's algorithm) with a
+        """Search_Mode gumbel: self-play's own search (engine.search.gumbel_tree, mctx's algorithm) with a
         budget of `max_playouts` simulations (64 if unset), cut short by `stop` or the hard deadline."""
-        from engine.gumbel_tree import TreeSearch  # numba: compiled at the first gumbel search
+        from engine.search.gumbel_tree import TreeSearch  # numba: compiled at the first gumbel search
 
         p = self.params
         self.root = self.root_key = None  # the PUCT tree is not kept across modes

@@ -8,7 +8,7 @@ on either the child is killed and a fresh one is started in the background for t
 node budget sent with each request comes from the node rate measured so far, so a search usually
 ends by itself before its deadline and the child survives.
 
-Run as a script (`python engine/mate.py`) this file is the child: it imports nothing of the engine.
+Run as a script (`python engine/search/mate.py`) this file is the child: it imports nothing of the engine.
 """
 
 from __future__ import annotations

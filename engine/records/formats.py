@@ -23,9 +23,9 @@ import cshogi
 import numpy as np
 from tqdm import tqdm
 
+from engine.core.score import EVAL_COEF, eval_to_value  # noqa: F401 - part of this module's API
 from engine.errors import UserError
 from engine.fileio import atomic_write
-from engine.score import EVAL_COEF, eval_to_value  # noqa: F401 - part of this module's API
 
 PathLike = str | os.PathLike
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """dlshogi's model files, both ways: its trainer checkpoints ({'epoch', 't', 'model', ...}), its
 Chainer-style `--model`/`--initmodel` npz files, and the layer names of its nets.
 
-engine.network's state dicts use the names of dlshogi's generic `resnetBxC_fclF[_act]`
+engine.core.network's state dicts use the names of dlshogi's generic `resnetBxC_fclF[_act]`
 (policy_value_network_resnet.py: `blocks.i.conv1`, `policy`, `policy_bias`, `value_fc1`, ...). dlshogi's
 published default `resnet10_swish` computes the same function under fixed names (`l2`..`l21`,
 `norm2`..`norm21`, `l22`, `l22_2`, `l22_v`, `norm22_v`, `l23_v`, `l24_v`); its old `wideresnet10` is a

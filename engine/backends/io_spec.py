@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.core.features import FEATURES1_NUM, FEATURES2_NUM, FEATURES2_NYUGYOKU_NUM
+from engine.core.moves import NUM_MOVE_LABELS
 from engine.errors import UserError
-from engine.features import FEATURES1_NUM, FEATURES2_NUM, FEATURES2_NYUGYOKU_NUM
-from engine.moves import NUM_MOVE_LABELS
 
 INPUT_NAMES = ("input1", "input2")
 OUTPUT_NAMES = ("output_policy", "output_value")

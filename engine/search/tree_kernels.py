@@ -1,12 +1,12 @@
-"""Numba kernels over flat-array search trees: engine.gumbel_tree (self-play's Gumbel search, the
-per-node math of engine.gumbel as loops over one node's edge slice) and engine.puct_tree (PUCT, one
-call per playout's descent), so a simulation costs a few compiled calls instead of dozens of small
+"""Numba kernels over flat-array search trees: gumbel_tree (self-play's Gumbel search, the per-node
+math of gumbel as loops over one node's edge slice) and puct_tree (PUCT, one call per playout's
+descent), so a simulation costs a few compiled calls instead of dozens of small
 numpy operations or Python objects.
 
 Gumbel layout: node i owns edges first[i] .. first[i + 1] - 1 (its legal moves in cshogi order); edge
 e has visits N[e], value sum W[e] (from the node's side to move), prior logit[e] and prob[e], and
 child[e] (a node index, -1 before the first visit). PUCT's (first, count per node) is described at
-its kernels. Compiled at first use and cached on disk (cache=True); engine.usi imports this only at
+its kernels. Compiled at first use and cached on disk (cache=True); engine.play.usi imports this only at
 isready, never before `usiok`.
 """
 
@@ -123,7 +123,7 @@ def backup(path, length, leaf_value, N, W):  # noqa: ANN001, ANN201
         W[path[i]] += value
 
 
-EXACT, CACHED, WAITING = 0, 1, 2  # what engine.gumbel_tree found at a new leaf
+EXACT, CACHED, WAITING = 0, 1, 2  # what engine.search.gumbel_tree found at a new leaf
 
 
 @jit
@@ -212,7 +212,7 @@ def resolve(count, nodes, rows, slots, lengths, paths, policy, values, first, la
 
 @jit
 def plan_round(seq, k, f, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, out, work):  # noqa: ANN001, ANN201
-    """The root actions of the next simulations that can run together (engine.gumbel_search's
+    """The root actions of the next simulations that can run together (engine.search.gumbel_search's
     `_round`): the first visits in g + logits order, a whole round when every eligible action gets a
     visit, otherwise sequential halving's single choice. Returns how many were written to `out`."""
     target = seq[k]
@@ -312,7 +312,7 @@ def root_result(n, N, W, logit, prob, v, g, considered, c_visit, c_scale, policy
     return best
 
 
-# ----- PUCT (engine.puct_tree): nodes carry visits n (virtual losses included) and value sums w -----
+# ----- PUCT (engine.search.puct_tree): nodes carry visits n (virtual losses included) and value sums w -----
 
 UNEVALUATED, EXPANDED, TERMINAL = 0, 1, 2
 LEAF, DONE, COLLISION = 0, 1, 2
@@ -320,7 +320,7 @@ LEAF, DONE, COLLISION = 0, 1, 2
 
 @jit
 def puct_select(node, first, count, nn, nw, value, cn, cw, prior, c_init, c_base, c_fpu_reduction):  # noqa: ANN001, ANN201
-    """engine.puct.puct_select over the node's edge slice (first index wins ties, as numpy's argmax)."""
+    """puct.puct_select over the node's edge slice (first index wins ties, as numpy's argmax)."""
     f = first[node]
     m = count[node]
     n = nn[node]
@@ -358,7 +358,7 @@ def puct_backup(path_e, path_n, length, leaf_value, nw, cw):  # noqa: ANN001, AN
 @jit
 def puct_descend(root, size, first, count, state, pending, win_idx, nn, nw, value, child, cn, cw, prior,  # noqa: ANN001, ANN201
                  move, c, path_e, path_n, path_m):  # fmt: skip
-    """One playout of engine.puct.Search._collect down to a leaf, virtual loss added on the way:
+    """One playout of engine.search.puct.Search._collect down to a leaf, virtual loss added on the way:
     returns (status, length, node, parent, idx). DONE: an exact node, already backed up; COLLISION:
     a leaf queued by an earlier playout, virtual loss undone; LEAF: `node` (edge idx of `parent`)
     needs evaluating, the caller walks the board by path_m[:length]. `size[0]` counts allocated

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.backends.evaluator import Evaluator
+from engine.backends.io_spec import INPUT_NAMES, OUTPUT_NAMES, TensorSpec, check_convention
 from engine.errors import UserError
-from engine.evaluator import Evaluator
-from engine.io_spec import INPUT_NAMES, OUTPUT_NAMES, TensorSpec, check_convention
 
 ORT_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(float16)": np.dtype(np.float16)}
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from engine.backends.evaluator import Evaluator
+from engine.backends.io_spec import INPUT_NAMES, OUTPUT_NAMES, TensorSpec, check_convention
+from engine.backends.trt_build import KEY_FIELDS, gpu_name, import_tensorrt, read_sidecar, sidecar_mismatch
+from engine.core.moves import NUM_MOVE_LABELS
 from engine.errors import UserError
-from engine.evaluator import Evaluator
-from engine.io_spec import INPUT_NAMES, OUTPUT_NAMES, TensorSpec, check_convention
-from engine.moves import NUM_MOVE_LABELS
-from engine.trt_engine import KEY_FIELDS, gpu_name, import_tensorrt, read_sidecar, sidecar_mismatch
 
 
 class _PycudaIO:

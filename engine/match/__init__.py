@@ -1,0 +1,1 @@
+"""Games between USI engines: the arbiter, Elo estimates and the greedy reference player."""

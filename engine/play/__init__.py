@@ -1,0 +1,1 @@
+"""The USI engine: protocol, options and time management around the search."""

@@ -1,0 +1,1 @@
+"""Training-record formats (hcpe, hcpe3, .data): their dtypes and writers."""

@@ -1,0 +1,1 @@
+"""Gumbel AlphaZero self-play: many games per batch, external engines, processes, record writing."""
