@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 from engine.core.features import alloc_features, fill_features  # noqa: E402
 from engine.core.moves import NUM_MOVE_LABELS, labels_from_move16  # noqa: E402
-from engine.records import formats as records  # noqa: E402
+from engine.records.formats import DATA, HCPE  # noqa: E402
 from train import synthetic  # noqa: E402
 from train.dataset import BatchDataset, EpochBatches, make_loader, open_corpus  # noqa: E402
 
@@ -33,7 +33,7 @@ class SeedDataset(Dataset):
 
     def __init__(self, path: Path, kind: str) -> None:
         self.path, self.kind = path, kind
-        self.dtype = records.DATA if kind == "data" else records.HCPE
+        self.dtype = DATA if kind == "data" else HCPE
         self.n = path.stat().st_size // self.dtype.itemsize
         self._mm = None
         self._board = None

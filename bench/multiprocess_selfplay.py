@@ -28,7 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.backends.evaluator import LatencyModelEvaluator, UniformEvaluator  # noqa: E402
-from engine.selfplay.runner import SelfPlayConfig, SelfPlayStats, run_selfplay  # noqa: E402
+from engine.selfplay.config import SelfPlayConfig  # noqa: E402
+from engine.selfplay.processes import run_selfplay  # noqa: E402
+from engine.selfplay.stats import SelfPlayStats  # noqa: E402
 
 
 def _config(args: argparse.Namespace, out: str, processes: int, server: str) -> SelfPlayConfig:

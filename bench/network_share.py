@@ -17,14 +17,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.nps import POSITIONS  # noqa: E402
+from bench.search_ceiling import playout_rates  # noqa: E402
 from engine.backends.choose import create_evaluator  # noqa: E402
 from engine.backends.evaluator import Evaluator  # noqa: E402
 from engine.core.features import FEATURES2_NUM  # noqa: E402
 from engine.search.gumbel_tree import warm_up  # noqa: E402
 from engine.search.puct import SearchControl, SearchParams  # noqa: E402
 from engine.search.puct_tree import FastSearch  # noqa: E402
-from engine.selfplay.runner import SelfPlayConfig, run_selfplay  # noqa: E402
+from engine.selfplay.config import SelfPlayConfig  # noqa: E402
+from engine.selfplay.processes import run_selfplay  # noqa: E402
 
 
 def forward_rate(ev: Evaluator, batch: int, seconds: float) -> float:
@@ -49,18 +50,6 @@ def selfplay_rate(ev: Evaluator, games: int, sims: int, max_moves: int) -> tuple
     return stats.nn_positions / stats.seconds, stats.nn_positions / max(stats.nn_batches, 1)
 
 
-def puct_rate(ev: Evaluator, batch: int, playouts: int) -> dict[str, float]:
-    out = {}
-    for name, (sfen, moves) in POSITIONS.items():
-        search = FastSearch(ev, SearchParams(), batch_size=batch)
-        search.set_position(sfen, moves)
-        search.evaluate_root()
-        start = time.perf_counter()
-        result = search.run(SearchControl(max_playouts=playouts))
-        out[name] = result.playouts / (time.perf_counter() - start)
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="checkpoint or ONNX model (default: the shipped one)")
@@ -76,7 +65,7 @@ def main() -> int:
     ev = create_evaluator(args.model, backend=args.backend, max_batch=256, log=lambda _: None)
     sp_rows, sp_batch = selfplay_rate(ev, args.games, args.sims, args.max_moves)
     sp_forward = forward_rate(ev, round(sp_batch), args.seconds)
-    puct = puct_rate(ev, args.batch, args.playouts)
+    puct = playout_rates(FastSearch, SearchParams, SearchControl, ev, args.batch, args.playouts)
     puct_forward = forward_rate(ev, args.batch, args.seconds)
     print(f"{ev.name}; self-play {args.games} games x {args.sims} sims; PUCT batch {args.batch}")
     print(f"{'measure':34} {'search':>9} {'forward':>9} {'share':>6}")

@@ -50,8 +50,8 @@ def _module(name: str, old_name: str) -> ModuleType:
 
 
 def selfplay_figures(games: int, sims: int, max_moves: int) -> dict[str, float]:
-    runner = _module("engine.selfplay.runner", "engine.selfplay")
-    SelfPlayConfig, run_selfplay = runner.SelfPlayConfig, runner.run_selfplay
+    SelfPlayConfig = _module("engine.selfplay.config", "engine.selfplay").SelfPlayConfig
+    run_selfplay = _module("engine.selfplay.processes", "engine.selfplay").run_selfplay
 
     if _ours():  # load the compiled kernels before the clock starts (a one-time cost per process)
         from engine.core.features import FEATURES2_NUM
@@ -74,25 +74,31 @@ def selfplay_figures(games: int, sims: int, max_moves: int) -> dict[str, float]:
     }
 
 
-def puct_figures(playouts: int, batch: int) -> dict[str, float]:
+def playout_rates(search_type, params_type, control_type, ev, batch: int, playouts: int) -> dict[str, float]:
+    """PUCT playouts/s from each of bench/nps.py's POSITIONS, the root evaluated before the clock starts;
+    the classes are arguments so that either checkout's can be measured."""
     from bench.nps import POSITIONS
 
+    out = {}
+    for name, (sfen, moves) in POSITIONS.items():
+        search = search_type(ev, params_type(), batch_size=batch)
+        search.set_position(sfen, moves)
+        search.evaluate_root()
+        start = time.perf_counter()
+        result = search.run(control_type(max_playouts=playouts))
+        out[name] = result.playouts / (time.perf_counter() - start)
+    return out
+
+
+def puct_figures(playouts: int, batch: int) -> dict[str, float]:
     puct = _module("engine.search.puct", "engine.puct")
     Search, SearchControl, SearchParams = puct.Search, puct.SearchControl, puct.SearchParams
 
     if _ours():
         from engine.search.puct_tree import FastSearch as Search
 
-    ev = _uniform_evaluator(batch)
-    out = {}
-    for name, (sfen, moves) in POSITIONS.items():
-        search = Search(ev, SearchParams(), batch_size=batch)
-        search.set_position(sfen, moves)
-        search.evaluate_root()
-        start = time.perf_counter()
-        r = search.run(SearchControl(max_playouts=playouts))
-        out[f"puct {name} playouts/s"] = r.playouts / (time.perf_counter() - start)
-    return out
+    rates = playout_rates(Search, SearchParams, SearchControl, _uniform_evaluator(batch), batch, playouts)
+    return {f"puct {name} playouts/s": rate for name, rate in rates.items()}
 
 
 def measure(args: argparse.Namespace) -> dict[str, float]:

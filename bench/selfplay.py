@@ -28,7 +28,8 @@ from engine.core.network import build, preset, save_checkpoint  # noqa: E402
 from engine.core.rules import terminal  # noqa: E402
 from engine.search import gumbel  # noqa: E402
 from engine.search.gumbel_search import EvalCache, GumbelSearch, LeafBatch, SearchParams  # noqa: E402
-from engine.selfplay.runner import SelfPlayConfig, run_selfplay  # noqa: E402
+from engine.selfplay.config import SelfPlayConfig  # noqa: E402
+from engine.selfplay.processes import run_selfplay  # noqa: E402
 
 
 class SequentialSearch(GumbelSearch):

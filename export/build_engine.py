@@ -12,7 +12,6 @@ builds a strongly typed network, so give it the FP16-typed ONNX from `onnx_expor
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -21,22 +20,6 @@ if __name__ == "__main__":
 
 from engine.backends.trt_build import PRECISIONS, build_cached_engine
 from engine.errors import UserError, cli_main
-
-
-def build_engine(
-    onnx_path: str | os.PathLike,
-    out_dir: str | os.PathLike | None = None,
-    max_batch: int = 256,
-    opt_batch: int | None = None,
-    precision: str = "fp16",
-    workspace_gb: float = 4.0,
-    timing_cache: str | os.PathLike | None = None,
-) -> Path:
-    """The engine's path: reused when its sidecar matches, else built and written atomically.
-    out_dir defaults to the ONNX file's folder; opt_batch to max_batch // 2."""
-    return build_cached_engine(
-        onnx_path, out_dir, max_batch, opt_batch, precision, workspace_gb, timing_cache
-    )
 
 
 @cli_main("build_engine")
@@ -52,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.workspace_gb <= 0:
         raise UserError("--workspace-gb must be positive")
-    path = build_engine(
+    path = build_cached_engine(
         args.onnx,
         args.out_dir,
         args.max_batch,

@@ -11,10 +11,15 @@ import numpy as np
 import pytest
 from cshogi.dlshogi import make_move_label
 
+from engine.core.rules import BLACK_WIN, DRAW, MAX_MOVES, NYUGYOKU, SENNICHITE, WHITE_WIN
 from engine.errors import UserError
-from engine.records import formats as R
+from engine.records.formats import DATA, MOVE_INFO, MOVE_VISITS, Hcpe3Game
+from engine.records.hcpe3_games import iter_hcpe3_games
+from engine.records.writers import write_data, write_hcpe3_games
 from train import convert
 from train.csa import parse_csa
+from train.hcpe3_cache import Hcpe3Cache
+from train.record_readers import iter_hcpe3_positions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,7 +84,7 @@ def hcpe_sfens(path: Path) -> list[str]:
 
 
 def hcpe3_results(path: Path) -> list[int]:
-    return [g.result for g in R.iter_hcpe3_games(path)]
+    return [g.result for g in iter_hcpe3_games(path)]
 
 
 # --- CSA -----------------------------------------------------------------------------------------------
@@ -100,23 +105,23 @@ def test_csa_to_hcpe_resignation_with_scores(tmp_path: Path):
 @pytest.mark.parametrize(
     ("endgame", "plies", "expected"),
     [
-        ("%TORYO", 20, R.RESULT_WHITE_WIN),
-        ("%SENNICHITE", 20, R.RESULT_DRAW | R.RESULT_SENNICHITE),
-        ("%KACHI", 21, R.RESULT_WHITE_WIN | R.RESULT_NYUGYOKU),
-        ("%KACHI", 20, R.RESULT_BLACK_WIN | R.RESULT_NYUGYOKU),
-        ("%JISHOGI", 20, R.RESULT_DRAW | R.RESULT_MAX_MOVES),
-        ("%MAX_MOVES", 20, R.RESULT_DRAW | R.RESULT_MAX_MOVES),
-        ("%ILLEGAL_MOVE", 20, R.RESULT_WHITE_WIN),
-        ("%TIME_UP", 21, R.RESULT_BLACK_WIN),
-        ("%+ILLEGAL_ACTION", 20, R.RESULT_WHITE_WIN),
-        ("%-ILLEGAL_ACTION", 20, R.RESULT_BLACK_WIN),
+        ("%TORYO", 20, WHITE_WIN),
+        ("%SENNICHITE", 20, DRAW | SENNICHITE),
+        ("%KACHI", 21, WHITE_WIN | NYUGYOKU),
+        ("%KACHI", 20, BLACK_WIN | NYUGYOKU),
+        ("%JISHOGI", 20, DRAW | MAX_MOVES),
+        ("%MAX_MOVES", 20, DRAW | MAX_MOVES),
+        ("%ILLEGAL_MOVE", 20, WHITE_WIN),
+        ("%TIME_UP", 21, BLACK_WIN),
+        ("%+ILLEGAL_ACTION", 20, WHITE_WIN),
+        ("%-ILLEGAL_ACTION", 20, BLACK_WIN),
     ],
 )
 def test_csa_to_hcpe3_result_bits(tmp_path: Path, endgame: str, plies: int, expected: int):
     moves = random_moves(2, plies)
     (tmp_path / "g.csa").write_text(csa_text(moves, endgame))
     convert.csa_to_hcpe3([tmp_path], tmp_path / "o.hcpe3")
-    (game,) = list(R.iter_hcpe3_games(tmp_path / "o.hcpe3"))
+    (game,) = list(iter_hcpe3_games(tmp_path / "o.hcpe3"))
     assert game.result == expected
     assert game.moves["selectedMove16"].tolist() == [cshogi.move16(m) for m in moves]
     # one candidate per move: the played move with one visit (a one-hot policy target)
@@ -138,7 +143,7 @@ def test_csa_multi_game_file_ratings_and_min_moves(tmp_path: Path):
     assert (counts["games"], counts["skipped: rating"]) == (2, 2)  # unrated games go too
     counts = convert.csa_to_hcpe3([path], tmp_path / "long.hcpe3", min_rating=2000, min_moves=10)
     assert (counts["games"], counts["skipped: too short"]) == (1, 1)
-    (game,) = list(R.iter_hcpe3_games(tmp_path / "long.hcpe3"))
+    (game,) = list(iter_hcpe3_games(tmp_path / "long.hcpe3"))
     assert game.moves["selectedMove16"].tolist() == [cshogi.move16(m) for m in random_moves(3, 30)]
 
 
@@ -220,12 +225,12 @@ def test_hcpe3_to_hcpe_skips_moves_without_candidates(tmp_path: Path):
     hcp = np.empty(32, np.uint8)
     board.to_hcp(hcp)
     moves = random_moves(11, 4)
-    infos = np.zeros(4, R.MOVE_INFO)
+    infos = np.zeros(4, MOVE_INFO)
     infos["selectedMove16"] = [cshogi.move16(m) for m in moves]
-    cands = [np.zeros(0, R.MOVE_VISITS)] * 2 + [
-        np.array([(cshogi.move16(m), 5)], R.MOVE_VISITS) for m in moves[2:]
+    cands = [np.zeros(0, MOVE_VISITS)] * 2 + [
+        np.array([(cshogi.move16(m), 5)], MOVE_VISITS) for m in moves[2:]
     ]
-    R.write_hcpe3_games(tmp_path / "a.hcpe3", [R.Hcpe3Game(hcp, R.RESULT_DRAW, 0, infos, cands)])
+    write_hcpe3_games(tmp_path / "a.hcpe3", [Hcpe3Game(hcp, DRAW, 0, infos, cands)])
     counts = convert.hcpe3_to_hcpe([tmp_path / "a.hcpe3"], tmp_path / "a.hcpe")
     assert (counts["positions"], counts["skipped: no candidates"]) == (2, 2)
     assert hcpe_sfens(tmp_path / "a.hcpe") == replay(moves)[2:]
@@ -236,7 +241,7 @@ def test_hcpe3_cache_from_csa_one_hot(tmp_path: Path):
     convert.csa_to_hcpe3([tmp_path / "g.csa"], tmp_path / "g.hcpe3")
     counts = convert.hcpe3_cache([tmp_path / "g.hcpe3"], tmp_path / "g.cache", average=True)
     assert (counts["positions"], counts["entries"], counts["merged"]) == (20, 10, 10)
-    cache = R.Hcpe3Cache(tmp_path / "g.cache")
+    cache = Hcpe3Cache(tmp_path / "g.cache")
     for i, move in enumerate(random_moves(12, 10)):
         _, value, result, move16s, probs = cache.entry(i)
         assert move16s.tolist() == [cshogi.move16(move)] and probs.tolist() == [1.0]
@@ -255,7 +260,7 @@ def data_records(seeds_results: list[tuple[int, int, int]]) -> tuple[np.ndarray,
         all_moves.append(moves)
         board = cshogi.Board()
         for move in moves:
-            rec = np.zeros(1, R.DATA)
+            rec = np.zeros(1, DATA)
             board.to_hcp(rec["hcp"][0])
             legal = list(board.legal_moves)
             probs = rng.dirichlet(np.ones(len(legal)))
@@ -269,12 +274,12 @@ def data_records(seeds_results: list[tuple[int, int, int]]) -> tuple[np.ndarray,
 
 def test_data_to_hcpe3_rebuilds_games_and_policies(tmp_path: Path):
     recs, games = data_records([(20, 15, 1), (21, 12, 1), (22, 9, 0)])
-    R.write_data(tmp_path / "0001.data", recs)
+    write_data(tmp_path / "0001.data", recs)
     counts = convert.data_to_hcpe3([tmp_path], tmp_path / "o.hcpe3")
     assert (counts["games"], counts["positions"]) == (3, 36)
-    back = list(R.iter_hcpe3_games(tmp_path / "o.hcpe3"))
+    back = list(iter_hcpe3_games(tmp_path / "o.hcpe3"))
     assert [g.result for g in back] == [1, 1, 0]
-    positions = list(R.iter_hcpe3_positions(tmp_path / "o.hcpe3"))
+    positions = list(iter_hcpe3_positions(tmp_path / "o.hcpe3"))
     assert [p.hcp.tobytes() for p in positions] == [bytes(r) for r in recs["hcp"]]
     for game, moves in zip(back, games, strict=True):
         played = game.moves["selectedMove16"].tolist()
@@ -291,7 +296,7 @@ def test_data_to_hcpe3_rebuilds_games_and_policies(tmp_path: Path):
         expected = np.rint(rec["policy"][labels].astype(np.float64) * 65535)
         assert pos.candidates["visitNum"].tolist() == expected.tolist()
     convert.hcpe3_cache([tmp_path / "o.hcpe3"], tmp_path / "o.cache")
-    _, _, _, move16s, probs = R.Hcpe3Cache(tmp_path / "o.cache").entry(0)
+    _, _, _, move16s, probs = Hcpe3Cache(tmp_path / "o.cache").entry(0)
     board.set_hcp(recs["hcp"][0])
     labels = [make_move_label(board.move_from_move16(int(m)), board.turn) for m in move16s]
     assert probs == pytest.approx(recs["policy"][0][labels], abs=1e-4)
@@ -336,7 +341,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_cli_every_subcommand(tmp_path: Path):
     (tmp_path / "g.csa").write_text(csa_text(random_moves(40, 12), ratings=(2000, 2000)))
     recs, _ = data_records([(41, 6, 2)])
-    R.write_data(tmp_path / "s.data", recs)
+    write_data(tmp_path / "s.data", recs)
     steps = [
         ("csa-to-hcpe", "g.csa", "-o", "a.hcpe", "--min-rating", "1500"),
         ("csa-to-hcpe3", "g.csa", "-o", "a.hcpe3", "--min-moves", "5"),
@@ -350,8 +355,8 @@ def test_cli_every_subcommand(tmp_path: Path):
         assert proc.returncode == 0, proc.stderr
     assert "games:" in proc.stdout and "positions:" in proc.stdout
     assert (tmp_path / "a.hcpe").read_bytes() == (tmp_path / "b.hcpe").read_bytes()
-    assert len(R.Hcpe3Cache(tmp_path / "a.cache")) == 12
-    assert len(list(R.iter_hcpe3_games(tmp_path / "s.hcpe3"))) == 1
+    assert len(Hcpe3Cache(tmp_path / "a.cache")) == 12
+    assert len(list(iter_hcpe3_games(tmp_path / "s.hcpe3"))) == 1
 
 
 def test_cli_errors_are_one_line(tmp_path: Path):

@@ -19,9 +19,9 @@ import pytest
 
 from engine.core.score import value_to_eval
 from engine.errors import UserError
-from engine.match.arbiter import EngineSpec, Game, Opening
-from engine.records.formats import iter_hcpe3_positions, read_hcpe
-from engine.selfplay.runner import usi_score_to_value
+from engine.match.arbiter import Game
+from engine.match.openings import Opening
+from engine.usi_client import EngineSpec, usi_score_to_value
 from tests.usi_helpers import RANDOM_ENGINE
 from train.corpus import (
     LOG,
@@ -32,6 +32,7 @@ from train.corpus import (
     new_runs,
     run_corpus,
 )
+from train.record_readers import iter_hcpe3_positions, read_hcpe
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(300)

@@ -18,11 +18,16 @@ import pytest
 
 from engine.core.features import FEATURES2_NUM
 from engine.errors import UserError
-from engine.records import formats as R
+from engine.records.formats import HCPE
+from engine.records.hcp_check import valid_hcps
+from engine.records.hcpe3_games import _games_with_offsets
 from train import convert, synthetic
+from train.config import TrainConfig
 from train.csa import ENDINGS, parse_csa
 from train.dataset import open_corpus, plan_sources
-from train.trainer import TrainConfig, train
+from train.hcpe3_cache import build_hcpe3_cache
+from train.record_readers import read_hcpe
+from train.trainer import train
 
 ROOT = Path(__file__).resolve().parent.parent
 CSA_DIR = ROOT / "tests" / "data" / "csa"
@@ -89,7 +94,7 @@ def test_csa_truncated_at_every_byte_offset(tmp_path: Path):
     counts, per_file = convert_folder(folder, tmp_path / "out.hcpe")
     assert counts["games"] == expected_games
     assert set(per_file) == expected_warned and max(per_file.values()) == 1
-    assert len(R.read_hcpe(tmp_path / "out.hcpe")) == counts["positions"]
+    assert len(read_hcpe(tmp_path / "out.hcpe")) == counts["positions"]
 
 
 def test_csa_random_byte_flips(tmp_path: Path):
@@ -110,7 +115,7 @@ def test_csa_random_byte_flips(tmp_path: Path):
     assert max(per_file.values()) == 1 and len(per_file) > 100  # most flips are noticed
     untouched = sum(n for name, n in games_in.items() if name not in per_file)
     assert untouched <= counts["games"] <= sum(games_in.values())
-    R.read_hcpe(tmp_path / "out.hcpe")
+    read_hcpe(tmp_path / "out.hcpe")
 
 
 def test_convert_cli_skips_a_cut_file_with_one_warning_line(tmp_path: Path):
@@ -129,7 +134,7 @@ def test_convert_cli_skips_a_cut_file_with_one_warning_line(tmp_path: Path):
         "cut.csa: game 0 is damaged or not CSA (line 17: bad move '+88'); skipped"
     )
     assert "Traceback" not in result.stderr
-    assert "games:" in result.stdout and len(R.read_hcpe(tmp_path / "o.hcpe")) == 60
+    assert "games:" in result.stdout and len(read_hcpe(tmp_path / "o.hcpe")) == 60
 
 
 # --- hcpe / hcpe3 / .data readers ----------------------------------------------------------------------
@@ -141,13 +146,13 @@ def flip_to_invalid(data: bytearray, record: int, size: int, rng: random.Random)
         at = record * size + rng.randrange(32)
         bit = 1 << rng.randrange(8)
         data[at] ^= bit
-        if not R.valid_hcps(np.frombuffer(bytes(data[record * size : record * size + 32]), np.uint8))[0]:
+        if not valid_hcps(np.frombuffer(bytes(data[record * size : record * size + 32]), np.uint8))[0]:
             return
         data[at] ^= bit
 
 
 def hcpe3_game_offsets(path: Path) -> list[int]:
-    return [start for start, _, _ in R._games_with_offsets(path)]
+    return [start for start, _, _ in _games_with_offsets(path)]
 
 
 @pytest.fixture
@@ -163,9 +168,7 @@ def damaged_folder(tmp_path: Path) -> Path:
     (folder / "empty.hcpe").write_bytes(b"")
     (folder / "empty.hcpe3").write_bytes(b"")  # self-play stopped before its first game, by an old writer
     flipped = bytearray(hcpe)
-    flip_to_invalid(
-        flipped, 150, R.HCPE.itemsize, random.Random(5)
-    )  # a record the old 16-record sample missed
+    flip_to_invalid(flipped, 150, HCPE.itemsize, random.Random(5))  # a record the old 16-record sample missed
     (folder / "flipped.hcpe").write_bytes(bytes(flipped))
     (folder / "ragged.hcpe").write_bytes(bytes(hcpe) + b"\0" * 10)
     starts = hcpe3_game_offsets(folder / "good.hcpe3")
@@ -246,7 +249,7 @@ def test_fuzzed_record_files_never_crash_a_run(tmp_path: Path):
         convert.hcpe3_to_hcpe([folder], tmp_path / "replayed.hcpe")
         direct, hcpe3 = plan_sources(sorted(folder.iterdir()))
         cache = tmp_path / "fuzz.cache"
-        R.build_hcpe3_cache(hcpe3, cache)
+        build_hcpe3_cache(hcpe3, cache)
         corpus = open_corpus(direct, [cache], FEATURES2_NUM)
         batch = corpus.gather(np.arange(len(corpus)))  # every surviving position through cshogi
     assert len(batch.result) == len(corpus) > 1000

@@ -5,13 +5,14 @@ import numpy as np
 import pytest
 import torch
 
-from engine.core.features import features_from_boards, features_from_hcps, mirror_features
+from engine.core.features import features_from_boards, features_from_hcps
 from engine.core.moves import labels_from_move16, legal_moves_and_labels, mirror_label_permutation
+from engine.core.score import eval_to_value
 from engine.errors import UserError
-from engine.records import formats as records
 from tests.test_features import mirrored_board
 from train import synthetic
 from train.dataset import (
+    Batch,
     BatchDataset,
     Corpus,
     EpochBatches,
@@ -24,6 +25,8 @@ from train.dataset import (
     plan_sources,
     resolve_inputs,
 )
+from train.hcpe3_cache import Hcpe3Cache, build_hcpe3_cache, result_for_turn
+from train.record_readers import read_data, read_hcpe
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +36,7 @@ def files(tmp_path_factory):
     synthetic.write_data(d / "b.data", 200, seed=2)
     cache = d / "c.cache"
     synthetic.write_hcpe3(d / "c.hcpe3", 6, seed=3)
-    records.build_hcpe3_cache([d / "c.hcpe3"], cache)
+    build_hcpe3_cache([d / "c.hcpe3"], cache)
     return d
 
 
@@ -45,7 +48,7 @@ def corpus_of(*paths) -> Corpus:
 
 def test_hcpe_batch_targets(files):
     path = files / "a.hcpe"
-    rec = np.array(records.read_hcpe(path))
+    rec = np.array(read_hcpe(path))
     idx = np.array([0, 5, 17, 299])
     batch = corpus_of(path).gather(idx)
     x1, x2 = features_from_hcps(rec["hcp"][idx])
@@ -56,22 +59,20 @@ def test_hcpe_batch_targets(files):
         board.set_hcp(rec["hcp"][i])
         label = labels_from_move16(rec["bestMove16"][i], board.turn)
         assert batch.policy[row].sum() == 1 and batch.policy[row, label] == 1
-        assert batch.result[row] == records.result_for_turn(int(rec["gameResult"][i]), board.turn)
-        assert batch.value[row] == pytest.approx(float(records.eval_to_value(rec["eval"][i])))
+        assert batch.result[row] == result_for_turn(int(rec["gameResult"][i]), board.turn)
+        assert batch.value[row] == pytest.approx(float(eval_to_value(rec["eval"][i])))
 
 
 def test_data_and_cache_targets(files):
-    data = np.array(records.read_data(files / "b.data"))
+    data = np.array(read_data(files / "b.data"))
     corpus = corpus_of(files / "a.hcpe", files / "b.data", files / "c.cache")
-    assert len(corpus) == 300 + 200 + len(records.Hcpe3Cache(files / "c.cache"))
+    assert len(corpus) == 300 + 200 + len(Hcpe3Cache(files / "c.cache"))
     batch = corpus.gather(np.array([310, 301, 500, 501]))  # sorted inside: 301, 310 (.data), 500, 501 (cache)
     np.testing.assert_array_equal(batch.policy[:2], data["policy"][[1, 10]])
     turns = hcp_turns(data["hcp"][[1, 10]])
-    expected = [
-        records.result_for_turn(int(r), int(t)) for r, t in zip(data["result"][[1, 10]], turns, strict=True)
-    ]
+    expected = [result_for_turn(int(r), int(t)) for r, t in zip(data["result"][[1, 10]], turns, strict=True)]
     np.testing.assert_array_equal(batch.result[:2], expected)
-    cache = records.Hcpe3Cache(files / "c.cache")
+    cache = Hcpe3Cache(files / "c.cache")
     board = cshogi.Board()
     for row, i in ((2, 0), (3, 1)):
         hcp, value, result, move16s, probs = cache.entry(i)
@@ -98,16 +99,22 @@ def test_mirror_matches_mirrored_positions():
     perm = mirror_label_permutation()
     boards = list(synthetic.random_positions(40, seed=7))[::4]
     mirrored = [mirrored_board(b) for b in boards]
+    # each row's policy: a distinct weight on every legal move, so the mirror must move each one right
     x1, x2 = features_from_boards(boards)
-    m1, m2 = mirror_features(x1, x2)
-    y1, y2 = features_from_boards(mirrored)
-    np.testing.assert_array_equal(m1, y1)
-    np.testing.assert_array_equal(m2, y2)
-    for b, mb in zip(boards, mirrored, strict=True):
+    policy, expected = (np.zeros((len(boards), 2187), np.float32) for _ in range(2))
+    for row, (b, mb) in enumerate(zip(boards, mirrored, strict=True)):
         moves, labels = legal_moves_and_labels(b)
         mlabels = {cshogi.move_to_usi(m): lab for m, lab in zip(*legal_moves_and_labels(mb), strict=True)}
-        for m, lab in zip(moves, labels, strict=True):
+        for weight, (m, lab) in enumerate(zip(moves, labels, strict=True), start=1):
             assert perm[lab] == mlabels[mirror_usi(cshogi.move_to_usi(int(m)))]
+            policy[row, lab] = weight
+            expected[row, mlabels[mirror_usi(cshogi.move_to_usi(int(m)))]] = weight
+    batch = Batch(x1, x2.copy(), policy, np.zeros(len(boards), np.float32), np.zeros(len(boards), np.float32))
+    mirror_batch(batch, np.arange(len(boards)))
+    y1, y2 = features_from_boards(mirrored)
+    np.testing.assert_array_equal(batch.x1, y1)
+    np.testing.assert_array_equal(batch.x2, y2)
+    np.testing.assert_array_equal(batch.policy, expected)
 
 
 def test_mirror_batch_flips_rows(files):
@@ -115,8 +122,8 @@ def test_mirror_batch_flips_rows(files):
     idx = np.arange(8)
     plain, flipped = corpus.gather(idx), corpus.gather(idx)
     mirror_batch(flipped, np.array([1, 4]))
-    m1, _ = mirror_features(plain.x1[[1, 4]], plain.x2[[1, 4]])
-    np.testing.assert_array_equal(flipped.x1[[1, 4]], m1)
+    np.testing.assert_array_equal(flipped.x1[[1, 4]], plain.x1[[1, 4]][:, :, ::-1, :])
+    np.testing.assert_array_equal(flipped.x2, plain.x2)
     np.testing.assert_array_equal(flipped.policy[[1, 4]], plain.policy[[1, 4]][:, mirror_label_permutation()])
     np.testing.assert_array_equal(flipped.x1[[0, 2, 3]], plain.x1[[0, 2, 3]])
 

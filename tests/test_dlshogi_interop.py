@@ -302,7 +302,8 @@ def test_train_cli_converts_without_training(tmp_path, boards, reference):
 
 
 def test_selfplay_runs_a_dlshogi_npz_given_its_activation(tmp_path, monkeypatch):
-    from engine.selfplay.runner import SelfPlayConfig, run_selfplay
+    from engine.selfplay.config import SelfPlayConfig
+    from engine.selfplay.processes import run_selfplay
 
     monkeypatch.setenv("GUMBEL_SHOGI_CACHE", str(tmp_path / "cache"))
     config = dict(games=1, parallel=1, sims=4, max_moves=12, backend="onnx", progress=False)

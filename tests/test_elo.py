@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.match.elo import clamp_score, elo_estimate, elo_to_score, likelihood_of_superiority, score_to_elo
+from engine.match.elo import clamp_score, elo_estimate, likelihood_of_superiority, score_to_elo
 
 
 def test_even_score_is_zero_elo():
@@ -57,9 +57,17 @@ def test_los_draws_carry_no_information():
     assert likelihood_of_superiority(10, 2) > 0.98
 
 
+def test_score_to_elo_known_values():
+    assert score_to_elo(10 / 11) == pytest.approx(400.0)  # 10:1 odds is 400 Elo
+    assert score_to_elo(0.75) == pytest.approx(190.8485, abs=1e-4)  # 400 log10(3)
+    assert math.copysign(1.0, score_to_elo(0.5)) == 1.0  # an even score prints as 0, not -0
+
+
 @given(st.floats(0.01, 0.99))
-def test_score_elo_round_trip(p):
-    assert elo_to_score(score_to_elo(p)) == pytest.approx(p, rel=1e-9)
+def test_score_to_elo_inverts_the_expected_score(p):
+    elo = score_to_elo(p)
+    assert 1.0 / (1.0 + 10.0 ** (-elo / 400.0)) == pytest.approx(p, rel=1e-9)  # the Elo expected score
+    assert score_to_elo(1.0 - p) == pytest.approx(-elo, abs=1e-9)
 
 
 @given(st.integers(0, 50), st.integers(0, 50), st.integers(0, 50))

@@ -9,7 +9,6 @@ from engine.core.features import (
     ensure_features2,
     features_from_boards,
     features_from_hcps,
-    mirror_features,
 )
 
 
@@ -92,11 +91,3 @@ def mirrored_board(board: cshogi.Board) -> cshogi.Board:
         rows.append(out + (str(empty) if empty else ""))
     fields[0] = "/".join(rows)
     return cshogi.Board(" ".join(fields))
-
-
-def test_mirror_features_equal_features_of_mirrored_position(positions):
-    x1, x2 = features_from_boards(positions[:50])
-    m1, m2 = mirror_features(x1, x2)
-    y1, y2 = features_from_boards([mirrored_board(b) for b in positions[:50]])
-    np.testing.assert_array_equal(m1, y1)
-    np.testing.assert_array_equal(m2, y2)

@@ -9,11 +9,12 @@ import engine.selfplay.runner
 from engine.backends.evaluator import UniformEvaluator
 from engine.backends.torch_evaluator import TorchEvaluator
 from engine.core.network import build, preset
-from engine.records.formats import iter_hcpe3_games
+from engine.records.hcpe3_games import iter_hcpe3_games
 from engine.search.eval_cache import EvalCache
-from engine.search.gumbel_search import GumbelSearch, SearchParams, search_position
+from engine.search.gumbel_search import GumbelSearch, ReferenceGroup, SearchParams, search_position
 from engine.search.gumbel_tree import TreeSearch
-from engine.selfplay.runner import SelfPlayConfig, run_selfplay
+from engine.selfplay.config import SelfPlayConfig
+from engine.selfplay.processes import run_selfplay
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def test_selfplay_writes_the_same_games_as_the_reference(evaluator, tmp_path, mo
         return list(iter_hcpe3_games(path))
 
     fast = games(tmp_path / "fast")
-    monkeypatch.setattr(engine.selfplay.runner, "TreeSearch", GumbelSearch)
+    monkeypatch.setattr(engine.selfplay.runner, "SearchGroup", ReferenceGroup)
     ref = games(tmp_path / "ref")
     assert len(fast) == len(ref) == 6
     for f, r in zip(fast, ref, strict=True):

@@ -20,8 +20,9 @@ from engine.backends.inference_server import ClientEvaluator, InferenceServer, I
 from engine.core.features import FEATURES2_NUM
 from engine.core.moves import NUM_MOVE_LABELS
 from engine.errors import UserError
-from engine.records.formats import iter_hcpe3_games
-from engine.selfplay.runner import SelfPlayConfig, run_selfplay
+from engine.records.hcpe3_games import iter_hcpe3_games
+from engine.selfplay.config import SelfPlayConfig
+from engine.selfplay.processes import run_selfplay
 from tests.usi_helpers import save_material_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -83,7 +84,7 @@ def test_latency_model_submit_returns_at_once_and_models_one_call_at_a_time():
 
 
 def test_loop_passes_processes_and_the_server_choice_to_selfplay(tmp_path):
-    from train.loop import LoopConfig, selfplay_config
+    from train.loop_config import LoopConfig, selfplay_config
 
     cfg = LoopConfig(dir=str(tmp_path), selfplay_processes=3, inference_server="on")
     config = selfplay_config(cfg, 1, tmp_path / "sp", tmp_path / "m.onnx")

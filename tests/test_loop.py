@@ -10,20 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine.errors import UserError
-from train.loop import (
-    Interrupted,
-    LoopConfig,
-    LoopState,
-    RunPaths,
-    at_generation,
-    count_games,
-    init_generation0,
-    opponents,
-    parse_schedule,
-    run_loop,
-    step_selfplay,
-    window_files,
-)
+from train.loop import init_generation0, run_loop
+from train.loop_config import LoopConfig, LoopState, RunPaths, at_generation, parse_schedule
+from train.loop_steps import Interrupted, count_games, opponents, step_selfplay, window_files
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -188,7 +177,7 @@ def test_loop_starts_from_an_init_checkpoint_and_still_meets_a_random_reference(
 
 
 def test_extra_data_is_mixed_into_every_generations_training(tmp_path):
-    from engine.records.formats import read_hcpe
+    from train.record_readers import read_hcpe
     from train.synthetic import write_hcpe
 
     anchor = tmp_path / "anchor.hcpe"

@@ -13,17 +13,17 @@ import cshogi.usi
 import pytest
 
 from engine.errors import UserError
-from engine.match.arbiter import (
+from engine.match.arbiter import run_match
+from engine.match.greedy_usi import GreedyPlayer, choose_move, move_score
+from engine.match.openings import (
     DEFAULT_RANDOM_PLIES,
-    EngineSpec,
     Opening,
     parse_opening,
     random_openings,
     read_openings,
     repeated_games,
-    run_match,
 )
-from engine.match.greedy_usi import GreedyPlayer, choose_move, move_score
+from engine.usi_client import EngineSpec
 
 REPO = Path(__file__).resolve().parent.parent
 GREEDY = str(REPO / "bin" / "greedy_usi")

@@ -13,13 +13,12 @@ from engine.core.network import (
     WithSigmoid,
     build,
     config_from_state_dict,
-    eval_to_value,
     load_model,
     preset,
     read_checkpoint,
     save_checkpoint,
-    value_to_eval,
 )
+from engine.core.score import eval_to_value, value_to_eval
 from engine.errors import UserError
 
 

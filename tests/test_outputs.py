@@ -15,8 +15,9 @@ import pytest
 
 from engine.core.network import build, preset, save_checkpoint
 from engine.errors import UserError
-from engine.records.formats import Hcpe3Writer
-from engine.selfplay.runner import SelfPlayConfig, run_selfplay
+from engine.records.writers import Hcpe3Writer
+from engine.selfplay.config import SelfPlayConfig
+from engine.selfplay.processes import run_selfplay
 from engine.selfplay.writer import GameRecord, GameWriter
 from export.onnx_export import export_onnx
 

@@ -15,11 +15,14 @@ import pytest
 from engine.backends.torch_evaluator import TorchEvaluator
 from engine.core.moves import NUM_MOVE_LABELS, labels_from_move16
 from engine.core.network import build, preset, save_checkpoint
-from engine.core.rules import terminal
-from engine.records.formats import RESULT_MASK, iter_hcpe3_games, read_data
+from engine.core.rules import RESULT_MASK, terminal
+from engine.records.hcpe3_games import iter_hcpe3_games
 from engine.search.gumbel_search import GumbelSearch, SearchParams, search_position
 from engine.search.gumbel_tree import TreeSearch
-from engine.selfplay.runner import SelfPlayConfig, run_selfplay, sample_move
+from engine.selfplay.config import SelfPlayConfig
+from engine.selfplay.game import sample_move
+from engine.selfplay.processes import run_selfplay
+from train.record_readers import read_data
 
 REPO = Path(__file__).resolve().parent.parent
 

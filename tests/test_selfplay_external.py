@@ -14,25 +14,17 @@ import pytest
 
 from engine.backends.torch_evaluator import TorchEvaluator
 from engine.core.network import build, preset, save_checkpoint
-from engine.core.rules import NYUGYOKU, terminal
+from engine.core.rules import NYUGYOKU, RESULT_MASK, terminal
 from engine.core.score import value_to_eval
 from engine.errors import UserError
-from engine.records.formats import (
-    OPPONENT_SELFPLAY,
-    OPPONENT_USI_BLACK,
-    OPPONENT_USI_WHITE,
-    RESULT_MASK,
-    iter_hcpe3_games,
-    read_data,
-)
-from engine.selfplay.runner import (
-    SelfPlayConfig,
-    engine_colour,
-    engine_reply_outcome,
-    parse_usi_options,
-    run_selfplay,
-    usi_score_to_value,
-)
+from engine.records.formats import OPPONENT_SELFPLAY, OPPONENT_USI_BLACK, OPPONENT_USI_WHITE
+from engine.records.hcpe3_games import iter_hcpe3_games
+from engine.selfplay.config import SelfPlayConfig
+from engine.selfplay.game import engine_reply_outcome
+from engine.selfplay.opponents import engine_colour
+from engine.selfplay.processes import run_selfplay
+from engine.usi_client import parse_usi_options, usi_score_to_value
+from train.record_readers import read_data
 
 REPO = Path(__file__).resolve().parent.parent
 GREEDY = str(REPO / "bin" / "greedy_usi")
@@ -280,7 +272,7 @@ def test_sigint_leaves_only_whole_games(tmp_path):
 
 
 def test_loop_passes_the_usi_flags_to_selfplay(tmp_path):
-    from train.loop import LoopConfig, selfplay_config
+    from train.loop_config import LoopConfig, selfplay_config
 
     cfg = LoopConfig(
         dir=str(tmp_path / "run"),

@@ -6,11 +6,11 @@ from engine.play.timeman import (
     Budget,
     Clock,
     budget,
-    can_stop_early,
     hard_limit,
     moves_to_go,
     root_mate_ms,
 )
+from engine.search.puct import can_stop_early
 
 ms = st.integers(min_value=0, max_value=3_600_000)
 

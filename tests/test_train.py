@@ -10,8 +10,10 @@ import torch
 from engine.core.network import load_model, read_checkpoint
 from engine.errors import UserError
 from train import synthetic
-from train.plot import read_metrics
-from train.trainer import TrainConfig, evaluate_checkpoint, lr_factor, train
+from train.config import TrainConfig, lr_factor
+from train.evaluation import evaluate_checkpoint
+from train.plot import read_jsonl
+from train.trainer import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(REPO, "bin", "train")
@@ -44,7 +46,7 @@ def quick(out, data_paths, **kw) -> TrainConfig:
 def test_learns_a_learnable_task(data, tmp_path):
     out = tmp_path / "run"
     summary = train(quick(out, [data / "train.hcpe"], epochs=2, test=[str(data / "test.hcpe")]))
-    rows = read_metrics(out / "metrics.jsonl")
+    rows = read_jsonl(out / "metrics.jsonl")
     train_rows = [r for r in rows if "policy_loss" in r]
     test_rows = [r for r in rows if "test_policy_acc" in r]
     assert len(test_rows) == 2 and summary["finished"]
@@ -114,14 +116,14 @@ def test_resume_after_a_kill_logs_each_step_once(data, tmp_path):
     train(dataclasses.replace(cfg, stop_after_steps=4))
     at_4 = (out / "checkpoint.pt").read_bytes()
     train(TrainConfig(out=str(out), resume=True, workers=0, progress=False, stop_after_steps=3))
-    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [2, 4, 6]
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [2, 4, 6]
     (out / "checkpoint.pt").write_bytes(at_4)  # as if killed at step 7: the last checkpoint is step 4's
     with open(out / "metrics.jsonl", "a") as f:
         f.write('{"step": 7, "lo')  # and the kill cut a row short
     summary = train(TrainConfig(out=str(out), resume=True, workers=0, progress=False))
     assert summary["finished"] and summary["steps"] == 16
     # the run's intervals hold on resume (the defaults, 100 and 1000, are not taken from this call)
-    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == list(range(2, 17, 2))
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == list(range(2, 17, 2))
     saved = read_checkpoint(out / "checkpoint.pt")["train_config"]
     assert (saved["log_interval"], saved["checkpoint_interval"]) == (2, 4)
 

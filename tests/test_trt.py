@@ -109,16 +109,15 @@ needs_trt = pytest.mark.skipif(
 def test_trt_engine_agrees_with_torch(tmp_path, positions):
     from engine.backends.onnx_model import write_onnx
     from engine.backends.torch_evaluator import TorchEvaluator
-    from engine.backends.trt_build import has_fp16_flag, import_tensorrt
+    from engine.backends.trt_build import build_cached_engine, has_fp16_flag, import_tensorrt
     from engine.backends.trt_evaluator import TrtEvaluator
-    from export.build_engine import build_engine
     from tests.test_backends import assert_agree, trained_like
 
     net = trained_like("small")
     typed16 = not has_fp16_flag(import_tensorrt())
     onnx_path = write_onnx(net, tmp_path / "m.onnx", fp16=typed16)
-    engine = build_engine(onnx_path, tmp_path, max_batch=64, opt_batch=32)
-    assert build_engine(onnx_path, tmp_path, max_batch=64, opt_batch=32) == engine  # cached
+    engine = build_cached_engine(onnx_path, tmp_path, max_batch=64, opt_batch=32)
+    assert build_cached_engine(onnx_path, tmp_path, max_batch=64, opt_batch=32) == engine  # cached
     with TorchEvaluator(net, max_batch=64) as ref:
         want = ref.evaluate_boards(positions[:100])
     with TrtEvaluator(engine, max_batch=64) as ev:

@@ -17,7 +17,9 @@ from engine.backends.onnx_model import write_onnx
 from engine.core.network import build, preset, save_checkpoint
 from engine.core.position import check_sfen, parse_position
 from engine.play import timeman
-from engine.play.usi import DEFAULT_GO_MS, MateClock, default_options, parse_go, time_budget
+from engine.play.deadlines import MateClock
+from engine.play.go import DEFAULT_GO_MS, parse_go, time_budget
+from engine.play.options import default_options
 from engine.search.puct import SearchControl
 from tests.usi_helpers import save_material_model, write_random_engine
 

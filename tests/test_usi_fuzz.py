@@ -16,7 +16,8 @@ import cshogi
 import pytest
 
 from engine.core.position import parse_position
-from engine.play.usi import DEFAULT_GO_MS, GoCommand, UsiEngine, parse_go
+from engine.play.go import DEFAULT_GO_MS, GoCommand, parse_go
+from engine.play.usi import UsiEngine
 from tests.test_usi import MATE_IN_3, NO_QUICK_MATE
 from tests.usi_helpers import save_material_model
 

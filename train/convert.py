@@ -7,7 +7,6 @@ written atomically, so an interrupted conversion never leaves a half-written fil
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -19,44 +18,26 @@ import numpy as np
 from cshogi.dlshogi import make_move_label
 from tqdm import tqdm
 
+from engine.core.rules import BLACK_WIN, DRAW, MAX_MOVES, NYUGYOKU, RESULT_MASK, SENNICHITE, WHITE_WIN
 from engine.errors import UserError
 from engine.fileio import atomic_write
-from engine.records.formats import (
-    HCPE,
-    MOVE_INFO,
-    MOVE_VISITS,
-    RESULT_BLACK_WIN,
-    RESULT_DRAW,
-    RESULT_MASK,
-    RESULT_MAX_MOVES,
-    RESULT_NYUGYOKU,
-    RESULT_SENNICHITE,
-    RESULT_WHITE_WIN,
-    Hcpe3Cache,
-    Hcpe3Game,
-    build_hcpe3_cache,
-    check_hcpe3,
-    detect_format,
-    is_valid_hcp,
-    iter_hcpe3_games,
-    iter_hcpe3_positions,
-    read_data,
-    read_hcpe,
-    usable_files,
-    write_hcpe3_games,
-)
+from engine.records.formats import HCPE, MOVE_INFO, MOVE_VISITS, Hcpe3Game, PathLike
+from engine.records.hcp_check import is_valid_hcp
+from engine.records.hcpe3_games import check_hcpe3, iter_hcpe3_games
+from engine.records.writers import write_hcpe3_games
 from train.csa import CsaRecord, parse_csa
-
-PathLike = str | os.PathLike
+from train.hcpe3_cache import Hcpe3Cache, build_hcpe3_cache
+from train.record_detect import detect_format
+from train.record_readers import iter_hcpe3_positions, read_data, read_hcpe, usable_files
 
 # CSA endings that add a reason bit to the result; the winner always comes from cshogi's parser.win.
 REASON_BITS = {
-    "%SENNICHITE": RESULT_SENNICHITE,
-    "%KACHI": RESULT_NYUGYOKU,
-    "%JISHOGI": RESULT_MAX_MOVES,
-    "%MAX_MOVES": RESULT_MAX_MOVES,
+    "%SENNICHITE": SENNICHITE,
+    "%KACHI": NYUGYOKU,
+    "%JISHOGI": MAX_MOVES,
+    "%MAX_MOVES": MAX_MOVES,
 }
-REASON_NAMES = {"sennichite": RESULT_SENNICHITE, "nyugyoku": RESULT_NYUGYOKU, "max moves": RESULT_MAX_MOVES}
+REASON_NAMES = {"sennichite": SENNICHITE, "nyugyoku": NYUGYOKU, "max moves": MAX_MOVES}
 # Games with these endings have no result to learn from.
 UNFINISHED = {"%CHUDAN", "%ERROR"}
 
@@ -265,7 +246,7 @@ def _hcpe3_records(path: Path, counts: Counter) -> Iterator[np.ndarray]:
 def hcpe3_cache(
     inputs: Iterable[PathLike], out: PathLike, average: bool = False, temperature: float = 1.0
 ) -> Counter:
-    """dlshogi's random-access training cache of hcpe3 files (see records.formats.build_hcpe3_cache)."""
+    """dlshogi's random-access training cache of hcpe3 files (see train.hcpe3_cache.build_hcpe3_cache)."""
     files = expand_inputs(inputs, (".hcpe3",), "hcpe3")
     stats = build_hcpe3_cache(files, out, average=average, temperature=temperature, progress=True)
     return Counter(vars(stats))
@@ -378,9 +359,9 @@ def data_to_hcpe3(inputs: Iterable[PathLike], out: PathLike) -> Counter:
 
 def _result_split(counts: Counter, results: np.ndarray) -> None:
     game = results & RESULT_MASK
-    counts["black wins"] += int(np.sum(game == RESULT_BLACK_WIN))
-    counts["white wins"] += int(np.sum(game == RESULT_WHITE_WIN))
-    counts["draws"] += int(np.sum(game == RESULT_DRAW))
+    counts["black wins"] += int(np.sum(game == BLACK_WIN))
+    counts["white wins"] += int(np.sum(game == WHITE_WIN))
+    counts["draws"] += int(np.sum(game == DRAW))
 
 
 def _hcpe3_stats(path: Path, counts: Counter, lengths: list[int]) -> None:

@@ -2,7 +2,7 @@
 
 `parallel` games run at once, each in a worker thread that owns its two engine processes and plays
 with `engine.match.arbiter.play_game` (the arbiter's rules, crash/timeout detection, engine restart). Game i
-starts from opening i of `engine.match.arbiter.random_openings(seed)` (distinct random plies, not recorded)
+starts from opening i of `engine.match.openings.random_openings(seed)` (distinct random plies, not recorded)
 with teacher `i % 2` as Black, so both teachers play both colours. Every move after the opening
 becomes a row: the position, the move played, the mover's `info score` as eval (dlshogi's scale, so
 training's val_lambda can mix score and result) and the game result. A position already in the
@@ -32,30 +32,19 @@ import cshogi
 import numpy as np
 from tqdm import tqdm
 
-from engine.core.rules import BLACK_WIN, DEFAULT_MAX_MOVES, DRAW, WHITE_WIN
+from engine.core.rules import BLACK_WIN, DEFAULT_MAX_MOVES, DRAW, RESULT_MASK, WHITE_WIN
 from engine.core.score import value_to_eval
 from engine.errors import UserError
 from engine.fileio import atomic_write_text, check_output_dir
-from engine.match.arbiter import (
-    DEFAULT_MOVE_TIMEOUT,
-    EngineSpec,
-    Game,
-    Opening,
-    UsiProcess,
-    play_game,
-    random_openings,
-)
-from engine.records.formats import (
-    HCPE,
-    RESULT_MASK,
-    Hcpe3Writer,
-    append_hcpe,
-    iter_hcpe3_positions,
-    read_hcpe,
-)
-from engine.selfplay.runner import _stop_on_signals, usi_score_to_value
+from engine.match.arbiter import Game, play_game
+from engine.match.openings import Opening, random_openings
+from engine.records.formats import HCPE
+from engine.records.writers import Hcpe3Writer, append_hcpe
+from engine.selfplay.processes import stop_on_signals
 from engine.selfplay.writer import GameRecord, to_hcpe3
+from engine.usi_client import DEFAULT_MOVE_TIMEOUT, EngineSpec, UsiProcess, usi_score_to_value
 from train.convert import REASON_NAMES
+from train.record_readers import iter_hcpe3_positions, read_hcpe
 
 FORMATS = ("hcpe", "hcpe3")
 SETTINGS = "corpus.json"
@@ -424,7 +413,7 @@ def run_corpus(config: CorpusConfig, stop: threading.Event | None = None) -> Cor
     start = time.monotonic()
     error: BaseException | None = None
     with (
-        _stop_on_signals(stop),
+        stop_on_signals(stop),
         tqdm(total=config.games, initial=corpus.kept, unit="game", disable=not config.progress) as bar,
     ):
         threads = [

@@ -30,10 +30,15 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from engine.core.features import FEATURES1_NUM, ensure_features2, features_from_hcps
 from engine.core.moves import NUM_MOVE_LABELS, labels_from_move16, mirror_label_permutation
+from engine.core.rules import BLACK_WIN, DRAW, RESULT_MASK
+from engine.core.score import eval_to_value
 from engine.errors import UserError
-from engine.records import formats as records
+from engine.records.formats import DATA, EXTENSIONS, HCPE
+from train.hcpe3_cache import Hcpe3Cache, build_hcpe3_cache
+from train.record_detect import detect_format
+from train.record_readers import read_data, read_hcpe, usable_files
 
-RECORD_SUFFIXES = tuple(records.EXTENSIONS)
+RECORD_SUFFIXES = tuple(EXTENSIONS)
 
 
 class Batch(NamedTuple):
@@ -63,10 +68,10 @@ def hcp_turns(hcps: np.ndarray) -> np.ndarray:
 
 
 def results_for_turns(game_results: np.ndarray, turns: np.ndarray) -> np.ndarray:
-    """Vectorised `records.result_for_turn`: 1 won, 0 lost, 0.5 draw for the side to move."""
-    game = np.asarray(game_results).astype(np.int64) & records.RESULT_MASK
-    won = (game == records.RESULT_BLACK_WIN) == (turns == cshogi.BLACK)
-    return np.where(game == records.RESULT_DRAW, 0.5, won.astype(np.float32)).astype(np.float32)
+    """Vectorised `train.hcpe3_cache.result_for_turn`: 1 won, 0 lost, 0.5 draw for the side to move."""
+    game = np.asarray(game_results).astype(np.int64) & RESULT_MASK
+    won = (game == BLACK_WIN) == (turns == cshogi.BLACK)
+    return np.where(game == DRAW, 0.5, won.astype(np.float32)).astype(np.float32)
 
 
 def mirror_batch(batch: Batch, rows: np.ndarray) -> None:
@@ -111,10 +116,10 @@ class HcpeSource(Source):
     kind = "hcpe"
 
     def __init__(self, path: Path) -> None:
-        super().__init__(path, len(records.read_hcpe(path)))
+        super().__init__(path, len(read_hcpe(path)))
 
     def _open(self) -> np.ndarray:
-        return np.memmap(self.path, records.HCPE, "r", shape=(self.length,))
+        return np.memmap(self.path, HCPE, "r", shape=(self.length,))
 
     def gather(self, idx: np.ndarray, out: Batch, lo: int, board: cshogi.Board) -> None:
         rec = self.records[idx]
@@ -125,17 +130,17 @@ class HcpeSource(Source):
         ok = labels >= 0
         out.policy[lo + np.flatnonzero(ok), labels[ok]] = 1.0
         out.result[lo:hi] = results_for_turns(rec["gameResult"], turns)
-        out.value[lo:hi] = records.eval_to_value(rec["eval"])
+        out.value[lo:hi] = eval_to_value(rec["eval"])
 
 
 class DataSource(Source):
     kind = "data"
 
     def __init__(self, path: Path) -> None:
-        super().__init__(path, len(records.read_data(path)))
+        super().__init__(path, len(read_data(path)))
 
     def _open(self) -> np.ndarray:
-        return np.memmap(self.path, records.DATA, "r", shape=(self.length,))
+        return np.memmap(self.path, DATA, "r", shape=(self.length,))
 
     def gather(self, idx: np.ndarray, out: Batch, lo: int, board: cshogi.Board) -> None:
         rec = self.records[idx]
@@ -152,10 +157,10 @@ class CacheSource(Source):
     kind = "cache"
 
     def __init__(self, path: Path) -> None:
-        super().__init__(path, len(records.Hcpe3Cache(path)))
+        super().__init__(path, len(Hcpe3Cache(path)))
 
-    def _open(self) -> records.Hcpe3Cache:
-        return records.Hcpe3Cache(self.path)
+    def _open(self) -> Hcpe3Cache:
+        return Hcpe3Cache(self.path)
 
     def gather(self, idx: np.ndarray, out: Batch, lo: int, board: cshogi.Board) -> None:
         hcps, value, result, candidates = self.records.gather(idx)
@@ -353,16 +358,16 @@ def hcpe3_cache_for(
         log(f"reusing hcpe3 cache {path}")
         return path
     log(f"building hcpe3 cache {path} from {len(files)} file(s)")
-    stats = records.build_hcpe3_cache(files, path, average, temperature, progress=progress)
+    stats = build_hcpe3_cache(files, path, average, temperature, progress=progress)
     log(f"hcpe3 cache: {stats.entries} positions ({stats.merged} merged, {stats.no_candidates} no policy)")
     return path
 
 
 def plan_sources(files: Sequence[Path]) -> tuple[list[tuple[str, Path]], list[Path]]:
     """(format, file) for directly readable files, and the hcpe3 files that need a cache; an empty or
-    damaged file is skipped with a warning (records.usable_files)."""
+    damaged file is skipped with a warning (usable_files)."""
     direct, hcpe3 = [], []
-    for p, fmt in records.usable_files(files, records.detect_format, "record").items():
+    for p, fmt in usable_files(files, detect_format, "record").items():
         (hcpe3 if fmt == "hcpe3" else direct).append((fmt, p))
     return direct, [p for _, p in hcpe3]
 

@@ -16,7 +16,9 @@ import cshogi
 import numpy as np
 
 from engine.core.moves import NUM_MOVE_LABELS, legal_moves_and_labels
-from engine.records import formats as records
+from engine.core.rules import BLACK_WIN, WHITE_WIN
+from engine.records import writers
+from engine.records.formats import DATA, HCPE, MOVE_INFO, MOVE_VISITS, OPPONENT_SELFPLAY, Hcpe3Game
 
 
 def target_move(board: cshogi.Board) -> int:
@@ -29,7 +31,7 @@ def target_winner(board: cshogi.Board) -> int:
 
 
 def _result_byte(winner: int) -> int:
-    return records.RESULT_BLACK_WIN if winner == cshogi.BLACK else records.RESULT_WHITE_WIN
+    return BLACK_WIN if winner == cshogi.BLACK else WHITE_WIN
 
 
 def random_games(seed: int, max_plies: int = 120) -> Iterator[tuple[cshogi.Board, list[int]]]:
@@ -80,22 +82,22 @@ def soft_policy(board: cshogi.Board, target_share: float = 0.75) -> np.ndarray:
 
 
 def write_hcpe(path: str | os.PathLike, n: int, seed: int = 0) -> None:
-    recs = np.zeros(n, records.HCPE)
+    recs = np.zeros(n, HCPE)
     for i, board in enumerate(random_positions(n, seed)):
         recs[i]["hcp"] = _hcp(board)
         recs[i]["bestMove16"] = cshogi.move16(target_move(board))
         recs[i]["gameResult"] = _result_byte(target_winner(board))
         recs[i]["eval"] = 600 if target_winner(board) == board.turn else -600
-    records.write_hcpe(path, recs)
+    writers.write_hcpe(path, recs)
 
 
 def write_data(path: str | os.PathLike, n: int, seed: int = 0) -> None:
-    recs = np.zeros(n, records.DATA)
+    recs = np.zeros(n, DATA)
     for i, board in enumerate(random_positions(n, seed)):
         recs[i]["hcp"] = _hcp(board)
         recs[i]["policy"] = soft_policy(board)
         recs[i]["result"] = _result_byte(target_winner(board))
-    records.write_data(path, recs)
+    writers.write_data(path, recs)
 
 
 def write_hcpe3(path: str | os.PathLike, games: int, seed: int = 0) -> int:
@@ -105,12 +107,12 @@ def write_hcpe3(path: str | os.PathLike, games: int, seed: int = 0) -> int:
     positions = 0
     for _, (start, moves) in zip(range(games), random_games(seed), strict=False):
         board = start.copy()
-        info = np.zeros(len(moves), records.MOVE_INFO)
+        info = np.zeros(len(moves), MOVE_INFO)
         candidates = []
         for k, move in enumerate(moves):
             legal, _ = legal_moves_and_labels(board)
             visits = np.where(legal == target_move(board), 3000, 100).astype(np.uint16)
-            cand = np.zeros(len(legal), records.MOVE_VISITS)
+            cand = np.zeros(len(legal), MOVE_VISITS)
             cand["move16"] = legal & 0xFFFF
             cand["visitNum"] = visits
             candidates.append(cand)
@@ -119,6 +121,6 @@ def write_hcpe3(path: str | os.PathLike, games: int, seed: int = 0) -> int:
             board.push(move)
         positions += len(moves)
         result = _result_byte(target_winner(board))
-        out.append(records.Hcpe3Game(_hcp(start), result, records.OPPONENT_SELFPLAY, info, candidates))
-    records.write_hcpe3_games(path, out)
+        out.append(Hcpe3Game(_hcp(start), result, OPPONENT_SELFPLAY, info, candidates))
+    writers.write_hcpe3_games(path, out)
     return positions

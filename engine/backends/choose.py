@@ -16,9 +16,8 @@ from pathlib import Path
 
 from engine.backends.evaluator import Evaluator
 from engine.errors import UserError
+from engine.paths import MODELS_DIR
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MODELS_DIR = REPO_ROOT / "models"
 DEFAULT_MODEL = MODELS_DIR / "default.pt"
 BACKENDS = ("auto", "torch", "onnx", "trt")
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")

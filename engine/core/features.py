@@ -78,8 +78,3 @@ def features_from_hcps(
         board.set_hcp(hcps[i])
         dl.make_input_features(board, x1[i], x2[i])
     return x1[:n], x2[:n]
-
-
-def mirror_features(x1: np.ndarray, x2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Left-right mirror ([N,C,file,rank]: flip the file axis); input2 planes are uniform and stay."""
-    return np.ascontiguousarray(x1[:, :, ::-1, :]), x2

@@ -1,4 +1,4 @@
-"""dlshogi move labels: 27 directions x 81 squares = 2187, and their inverse for a position's legal moves.
+"""dlshogi move labels (27 directions x 81 squares = 2187) for move16 arrays and for legal moves.
 
 A label depends only on move16 (to, from/drop piece, promotion) and the side to move, so we tabulate
 cshogi's own `make_move_label` once over every 15-bit move16 and then label whole batches with one
@@ -15,11 +15,8 @@ import numpy as np
 
 NUM_MOVE_LABELS = 2187
 NUM_DIRECTIONS = 27
+MAX_LEGAL_MOVES = 593  # the most legal moves a shogi position can have
 _DROP_BASE = 81  # move16 "from" field of a drop is 81 + piece type - 1 (pawn .. gold: 7 piece types)
-
-
-def move_label(move: int, color: int) -> int:
-    return int(dl.make_move_label(move, color))
 
 
 def _valid_move16(m: int) -> bool:
@@ -54,13 +51,6 @@ def legal_moves_and_labels(board: cshogi.Board) -> tuple[np.ndarray, np.ndarray]
     moves = np.fromiter(board.legal_moves, dtype=np.int64)
     labels = labels_from_move16(moves, board.turn)
     return moves, labels
-
-
-def label_to_move(board: cshogi.Board, label: int) -> int | None:
-    """The legal move with this label, or None: labels are unique among a position's legal moves."""
-    moves, labels = legal_moves_and_labels(board)
-    hit = np.flatnonzero(labels == label)
-    return int(moves[hit[0]]) if len(hit) else None
 
 
 def _mirror_move16(m: int) -> int:

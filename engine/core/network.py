@@ -20,7 +20,6 @@ from torch import nn
 from engine.core import dlshogi_format
 from engine.core.features import FEATURES1_NUM, FEATURES2_NUM
 from engine.core.moves import NUM_DIRECTIONS, NUM_MOVE_LABELS
-from engine.core.score import EVAL_COEF, eval_to_value, value_to_eval
 from engine.errors import UserError
 from engine.fileio import atomic_write
 
@@ -277,13 +276,8 @@ def save_dlshogi(path: str | os.PathLike, net: PolicyValueNetwork, resnet10_swis
     return name
 
 
-def count_parameters(net: nn.Module) -> int:
-    return sum(p.numel() for p in net.parameters())
-
-
 __all__ = [
     "CHECKPOINT_FORMAT",
-    "EVAL_COEF",
     "NetworkConfig",
     "PRESETS",
     "PolicyValueNetwork",
@@ -291,8 +285,6 @@ __all__ = [
     "build",
     "config_from_dict",
     "config_from_state_dict",
-    "count_parameters",
-    "eval_to_value",
     "load_model",
     "network_from_payload",
     "network_from_state",
@@ -300,5 +292,4 @@ __all__ = [
     "read_checkpoint",
     "save_checkpoint",
     "save_dlshogi",
-    "value_to_eval",
 ]

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 import cshogi
 
+# A result: bits 0-1 the winner (same values as cshogi.DRAW/BLACK_WIN/WHITE_WIN), then the reason bits.
 DRAW, BLACK_WIN, WHITE_WIN = 0, 1, 2
+RESULT_MASK = 0x3
 SENNICHITE = 0x4
 NYUGYOKU = 0x8
 MAX_MOVES = 0x10

@@ -40,10 +40,6 @@ def score_to_elo(p: float) -> float:
     return -400.0 * math.log10(1.0 / p - 1.0) + 0.0  # + 0.0: no "-0" for an even score
 
 
-def elo_to_score(elo: float) -> float:
-    return 1.0 / (1.0 + 10.0 ** (-elo / 400.0))
-
-
 def clamp_score(p: float, games: int) -> float:
     """Keep p at least 1 / (2 (N + 1)) away from 0 and 1: a finite Elo for perfect scores."""
     eps = 0.5 / (games + 1)

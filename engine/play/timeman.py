@@ -65,8 +65,3 @@ def budget(clock: Clock, ply: int, byoyomi_margin: int = 0, time_margin: int = 0
 def root_mate_ms(left_ms: float) -> float:
     """How much of the `left_ms` until the hard limit the root mate search may use."""
     return max(left_ms, 0.0) * ROOT_MATE_SHARE
-
-
-def can_stop_early(best_visits: int, second_visits: int, remaining_playouts: float) -> bool:
-    """The most visited move cannot be overtaken by the playouts we can still afford."""
-    return best_visits - second_visits > remaining_playouts

@@ -1,4 +1,4 @@
-"""The USI engine: protocol, options, and the thinking thread around PUCT / Gumbel / policy play.
+"""The USI engine: the command loop and the thinking thread around PUCT / Gumbel / policy play.
 
 The stdin reader (`UsiEngine.run`) never blocks on thinking: `go` starts a background thread and
 stop / ponderhit / isready / quit are answered while it runs. Whatever goes wrong inside the thread
@@ -35,206 +35,19 @@ from typing import IO, Any, NoReturn
 import cshogi
 import numpy as np
 
-from engine.backends.choose import BACKENDS, create_evaluator, default_model_path
+from engine.backends.choose import create_evaluator
 from engine.backends.evaluator import Evaluator
 from engine.core.features import fill_features
 from engine.core.moves import legal_moves_and_labels
-from engine.core.position import parse_position
+from engine.core.position import board_after, parse_position
 from engine.core.score import value_to_eval
+from engine.paths import REPO_ROOT
 from engine.play import timeman
+from engine.play.deadlines import MateClock, TimedEvaluator
+from engine.play.go import GoCommand, parse_go, time_budget
+from engine.play.options import ENGINE_AUTHOR, ENGINE_NAME, default_options, search_params
 from engine.search.mate import MAX_DEPTH, MateResult, MateSearcher, mated_in_two
-from engine.search.puct import SEARCH_MODES, Search, SearchControl, SearchParams, SearchResult, policy_move
-
-ENGINE_NAME = "GumbelShogi"
-ENGINE_AUTHOR = "gumbel-shogi developers"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_GO_MS = 1000  # a bare `go` (no clock, no limit) thinks this long
-
-
-# ----- options -----
-
-
-@dataclass(frozen=True)
-class Option:
-    """One USI option: `type` is spin, check, combo, string or filename."""
-
-    name: str
-    type: str
-    default: Any
-    min: int = 0
-    max: int = 0
-    choices: tuple[str, ...] = ()
-
-    def usi_line(self) -> str:
-        line = f"option name {self.name} type {self.type} default {self.format(self.default)}"
-        if self.type == "spin":
-            line += f" min {self.min} max {self.max}"
-        for c in self.choices:
-            line += f" var {c}"
-        return line
-
-    @staticmethod
-    def format(value: Any) -> str:
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        return "<empty>" if value == "" else str(value)
-
-    def parse(self, text: str) -> Any:
-        """The value of `setoption ... value <text>`; ValueError with a message if it is not valid."""
-        if self.type == "spin":
-            try:
-                v = int(text)
-            except ValueError:
-                raise ValueError(f"{self.name} needs an integer, got {text!r}") from None
-            if not self.min <= v <= self.max:
-                raise ValueError(f"{self.name} must be in {self.min}..{self.max}, got {v}")
-            return v
-        if self.type == "check":
-            if text.lower() not in ("true", "false"):
-                raise ValueError(f"{self.name} needs true or false, got {text!r}")
-            return text.lower() == "true"
-        if self.type == "combo":
-            if text not in self.choices:
-                raise ValueError(f"{self.name} must be one of {', '.join(self.choices)}, got {text!r}")
-            return text
-        return "" if text == "<empty>" else text
-
-
-def default_options() -> list[Option]:
-    model = default_model_path()
-    big = 2**31 - 1
-    return [
-        Option("USI_Ponder", "check", False),
-        Option("USI_Hash", "spin", 256, 1, 1 << 20),  # GUIs send it; the tree is bounded by UCT_NodeLimit
-        Option("DNN_Model", "filename", str(model) if model else ""),
-        # a dlshogi checkpoint/npz does not record relu or swish; auto: from the file (name), else an error
-        Option("DNN_Activation", "combo", "auto", choices=("auto", "relu", "swish")),
-        Option("Backend", "combo", "auto", choices=BACKENDS),
-        Option("Threads", "spin", 0, 0, 256),  # CPU inference threads (0: the runtime's default)
-        Option("DNN_Batch_Size", "spin", 32, 1, 1024),
-        Option("Search_Mode", "combo", "puct", choices=SEARCH_MODES),
-        Option("Gumbel_Simulations", "spin", 64, 2, 100000),
-        Option("Gumbel_Considered", "spin", 16, 2, 64),
-        Option("Gumbel_Noise", "check", False),  # the root's Gumbel noise (self-play's exploration)
-        Option("Policy_Temperature", "spin", 0, 0, 1000),  # percent; 0 = greedy
-        Option("C_init", "spin", 144, 0, 500),
-        Option("C_base", "spin", 28288, 10000, 100000),
-        Option("C_fpu_reduction", "spin", 27, 0, 100),
-        Option("C_init_root", "spin", 116, 0, 500),
-        Option("C_base_root", "spin", 25617, 10000, 100000),
-        Option("C_fpu_reduction_root", "spin", 0, 0, 100),
-        Option("Softmax_Temperature", "spin", 174, 1, 500),  # percent
-        Option("Resign_Threshold", "spin", 0, 0, 1000),  # permille; 0 never resigns (dlshogi default)
-        Option("Draw_Value_Black", "spin", 500, 0, 1000),  # permille
-        Option("Draw_Value_White", "spin", 500, 0, 1000),
-        Option("Draw_Ply", "spin", 0, 0, 10000),  # 0: no move limit in the search
-        Option("Byoyomi_Margin", "spin", 200, 0, big),
-        Option("Time_Margin", "spin", 1000, 0, big),
-        Option("PV_Interval", "spin", 500, 0, big),
-        Option("Mate_Root_Search", "spin", 33, 0, MAX_DEPTH),  # df-pn depth at the root; 0 = off
-        Option("Mate_Root_Nodes", "spin", 100000, 1000, big),
-        Option("Const_Playout", "spin", 0, 0, big),
-        Option("UCT_NodeLimit", "spin", 2_000_000, 1000, big),
-        Option("ReuseSubtree", "check", True),
-    ]
-
-
-# ----- go parsing (positions are parsed and validated in engine/core/position.py) -----
-
-
-_GO_INT = ("btime", "wtime", "binc", "winc", "byoyomi", "nodes", "movetime")
-_GO_WORDS = {*_GO_INT, "infinite", "ponder", "mate"}
-
-
-@dataclass
-class GoCommand:
-    btime: int | None = None
-    wtime: int | None = None
-    binc: int = 0
-    winc: int = 0
-    byoyomi: int = 0
-    nodes: int | None = None
-    movetime: int | None = None
-    infinite: bool = False
-    ponder: bool = False
-    mate: int | None = None  # go mate: ms, or -1 for infinite
-
-    def clock(self, turn: int) -> timeman.Clock | None:
-        remaining = self.btime if turn == cshogi.BLACK else self.wtime
-        if remaining is None and not self.byoyomi:
-            return None
-        inc = self.binc if turn == cshogi.BLACK else self.winc
-        return timeman.Clock(remaining=remaining or 0, increment=inc, byoyomi=self.byoyomi)
-
-
-def parse_go(args: list[str]) -> tuple[GoCommand, list[str]]:
-    """The `go` command and a warning for each argument it could not use. Nothing raises: the GUI
-    waits for a bestmove whatever it sent, so a bad argument is skipped, never the move."""
-    go = GoCommand()
-    warnings = []
-    i = 0
-    while i < len(args):
-        key = args[i]
-        value = args[i + 1] if i + 1 < len(args) and args[i + 1] not in _GO_WORDS else None
-        i += 1 if value is None else 2
-        if key in ("infinite", "ponder"):
-            setattr(go, key, True)
-            if value is not None:
-                i -= 1  # not this keyword's value: read it as the next argument
-        elif key == "mate":
-            if value is None or value == "infinite":
-                go.mate = -1
-            elif value.isdigit():
-                go.mate = int(value)
-            else:
-                go.mate = DEFAULT_GO_MS
-                warnings.append(f"go mate needs milliseconds or infinite, got {value!r}: {DEFAULT_GO_MS} ms")
-        elif key in _GO_INT:
-            if value is not None and value.lstrip("-").isdigit():
-                setattr(go, key, int(value))
-            else:
-                warnings.append(f"go {key} needs an integer, got {value or 'nothing'!r}: ignored")
-        else:
-            warnings.append(f"go: unknown parameter {key!r}: ignored")
-            if value is not None:
-                i -= 1
-    return go, warnings
-
-
-def time_budget(go: GoCommand, turn: int, ply: int, byoyomi_margin: int, time_margin: int) -> timeman.Budget:
-    """The plan for a timed `go`: `movetime` as asked, else from the side to move's clock (a bare `go`
-    as if it had DEFAULT_GO_MS of byoyomi); never more than the clock offers now."""
-    if go.movetime is not None:
-        ms = max(go.movetime, timeman.MIN_THINK_MS)
-        return timeman.Budget(ms, ms)
-    clock = go.clock(turn) or timeman.Clock(byoyomi=DEFAULT_GO_MS)
-    return timeman.budget(clock, ply, byoyomi_margin, time_margin)
-
-
-class TimedEvaluator(Evaluator):
-    """The network as the engine's search sees it, timing each call (the slowest recent one, forgotten
-    slowly so a passing load spike does not shorten every later move)."""
-
-    CALL_DECAY = 0.9  # per call
-
-    def __init__(self, inner: Evaluator) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.call_s = 0.0
-        super().__init__(inner.max_batch, inner.input2)
-
-    def _alloc_host(self, shape1: tuple[int, ...], shape2: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        return self.inner.x1, self.inner.x2  # callers fill the wrapped evaluator's rows directly
-
-    def _run(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        start = time.perf_counter()
-        out = self.inner.evaluate(n)
-        self.call_s = max(time.perf_counter() - start, self.call_s * self.CALL_DECAY)
-        return out
-
-    def close(self) -> None:
-        self.inner.close()
-
+from engine.search.puct import Search, SearchControl, SearchResult, policy_move
 
 # ----- the engine -----
 
@@ -249,26 +62,6 @@ class _Thinking:
     ply: int
     rejected: str | None = None  # the last `position` was rejected: we do not know the position
     released: threading.Event = field(default_factory=threading.Event)  # stop / ponderhit arrived
-
-
-@dataclass
-class MateClock:
-    """The root mate search's share of the move's time. While pondering (or in go infinite) there is no
-    deadline; once ponderhit sets the hard limit the share is taken from what is left then."""
-
-    control: SearchControl
-    end: float | None = None
-
-    def deadline(self) -> float | None:
-        c = self.control
-        if self.end is None and c.hard is not None and not c.infinite:
-            now = time.monotonic()
-            self.end = now + timeman.root_mate_ms((c.hard - now) * 1000) / 1000
-        return self.end
-
-    def stopped(self) -> bool:
-        end = self.deadline()
-        return self.control.stopped or (end is not None and time.monotonic() >= end)
 
 
 class UsiEngine:
@@ -447,27 +240,8 @@ class UsiEngine:
             FastSearch,  # numba: loaded (kernels compiled) at isready, after usiok
         )
 
-        self.search = FastSearch(timed, self._search_params(), batch_size=key[2])
+        self.search = FastSearch(timed, search_params(self.values), batch_size=key[2])
         return timed
-
-    def _search_params(self) -> SearchParams:
-        v = self.values
-        return SearchParams(
-            c_init=v["C_init"] / 100,
-            c_base=float(v["C_base"]),
-            c_fpu_reduction=v["C_fpu_reduction"] / 100,
-            c_init_root=v["C_init_root"] / 100,
-            c_base_root=float(v["C_base_root"]),
-            c_fpu_reduction_root=v["C_fpu_reduction_root"] / 100,
-            softmax_temperature=v["Softmax_Temperature"] / 100,
-            draw_value_black=v["Draw_Value_Black"] / 1000,
-            draw_value_white=v["Draw_Value_White"] / 1000,
-            max_moves=v["Draw_Ply"] or None,
-            node_limit=v["UCT_NodeLimit"],
-            mode=v["Search_Mode"],
-            gumbel_considered=v["Gumbel_Considered"],
-            gumbel_noise=v["Gumbel_Noise"],
-        )
 
     # ----- go -----
 
@@ -486,7 +260,7 @@ class UsiEngine:
         for w in warnings:
             self.send(f"info string warning: {w}")
         self._stop(wait=True)
-        board = self._root_board()
+        board = board_after(*self.position)
         control = SearchControl()
         if go.mate is None:
             if go.ponder or go.infinite:
@@ -529,16 +303,9 @@ class UsiEngine:
         else:
             self.send("checkmate nomate" if result.proven_none else "checkmate timeout")
 
-    def _root_board(self, position: tuple[str, list[int]] | None = None) -> cshogi.Board:
-        sfen, moves = position or self.position
-        board = cshogi.Board(sfen)
-        for m in moves:
-            board.push(m)
-        return board
-
     def _think(self) -> None:
         t = self.thinking
-        board = self._root_board(t.position)
+        board = board_after(*t.position)
         try:
             if t.rejected:
                 self.error(f"{t.rejected}; resigning rather than playing a move for another position")
@@ -580,7 +347,7 @@ class UsiEngine:
         if self.values["Search_Mode"] == "policy":
             return self._policy_play(ev, board)
         search = self.search
-        search.params = self._search_params()
+        search.params = search_params(self.values)
         search.set_position(sfen, moves, max_reuse_plies=4 if self.values["ReuseSubtree"] else -1)
         if search.params.mode == "gumbel" and t.control.max_playouts is None:
             t.control.max_playouts = self.values["Gumbel_Simulations"]

@@ -1,1 +1,1 @@
-"""Training-record formats (hcpe, hcpe3, .data): their dtypes and writers."""
+"""Training-record formats (hcpe, hcpe3, .data): dtypes, the hcp check, hcpe3 game reading, writers."""

@@ -255,6 +255,41 @@ class GumbelSearch:
         return SearchResult(root.moves, root.labels, policy, choice, root.mean_value())
 
 
+class ReferenceGroup:
+    """gumbel_tree.SearchGroup's interface over one `run` generator per game of this reference: the
+    self-play that tests hold the fast group to (each generator resolves its leaves when resumed)."""
+
+    def __init__(self, params: SearchParams, cache: EvalCache, batch: LeafBatch, trees: int) -> None:
+        self.search = GumbelSearch(params, cache, batch)
+        self.runs: list[Generator[None, None, SearchResult] | None] = [None] * trees
+        self.results: dict[int, SearchResult] = {}
+
+    def start(self, t: int, board: cshogi.Board, rng: np.random.Generator) -> SearchResult | None:
+        self.runs[t] = self.search.run(board, rng)
+        return self._resume(t)
+
+    def _resume(self, t: int) -> SearchResult | None:
+        try:
+            next(self.runs[t])
+            return None
+        except StopIteration as done:
+            self.runs[t] = None
+            return done.value
+
+    def resolve(self) -> None:
+        for t, run in enumerate(self.runs):
+            if run is not None and (result := self._resume(t)) is not None:
+                self.results[t] = result
+
+    def ended(self, stop: bool = False) -> list[tuple[int, SearchResult]]:
+        out = sorted(self.results.items())
+        self.results.clear()
+        return out
+
+    def descend(self) -> bool:
+        return False  # each generator walked its leaves when resumed
+
+
 def search_position(
     board: cshogi.Board,
     evaluator: Evaluator,

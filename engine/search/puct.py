@@ -29,7 +29,6 @@ from engine.backends.evaluator import Evaluator
 from engine.core.features import fill_features
 from engine.core.moves import legal_moves_and_labels
 from engine.core.rules import terminal
-from engine.play.timeman import can_stop_early
 from engine.search import gumbel
 from engine.search.eval_cache import EvalCache
 from engine.search.gumbel_search import SearchParams as GumbelParams
@@ -84,7 +83,7 @@ class Node:
 
     def expand(self, moves: np.ndarray, logits: np.ndarray, value: float, temperature: float) -> None:
         self.moves = moves
-        self.priors = softmax(logits / temperature)
+        self.priors = gumbel.softmax(logits / temperature)
         self.child_n = np.zeros(len(moves), dtype=np.int32)
         self.child_w = np.zeros(len(moves), dtype=np.float64)
         self.children = [None] * len(moves)
@@ -96,9 +95,9 @@ class Node:
         return np.where(n > 0, self.child_w / np.maximum(n, 1), self.value)
 
 
-def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max())
-    return e / e.sum()
+def can_stop_early(best_visits: int, second_visits: int, remaining_playouts: float) -> bool:
+    """The most visited move cannot be overtaken by the playouts we can still afford."""
+    return best_visits - second_visits > remaining_playouts
 
 
 def puct_select(node: Node, c_init: float, c_base: float, c_fpu_reduction: float) -> int:
@@ -327,15 +326,19 @@ class Search:
         queued, done = self._collect()
         if queued:
             policy, value = self.ev.evaluate(len(queued))
-            t = self.params.softmax_temperature
-            for i, (path, node, key, moves, labels) in enumerate(queued):
-                logits = policy[i][labels]
-                v = float(value[i])
-                self.cache.put(key, moves, logits, v)
-                node.expand(moves, logits.astype(np.float64), v, t)
-                node.pending = False
-                self._backup(path, v)
+            self._expand_batch(queued, policy, value)
         return done + len(queued)
+
+    def _expand_batch(self, queued: list, policy: np.ndarray, value: np.ndarray) -> None:
+        """The evaluated leaves (row i of `policy`/`value` is queued[i]): expanded, cached, backed up."""
+        t = self.params.softmax_temperature
+        for i, (path, node, key, moves, labels) in enumerate(queued):
+            logits = policy[i][labels]
+            v = float(value[i])
+            self.cache.put(key, moves, logits, v)
+            node.expand(moves, logits.astype(np.float64), v, t)
+            node.pending = False
+            self._backup(path, v)
 
     def _should_stop(self, control: SearchControl, playouts: int, nps: float) -> bool:
         root = self.root
@@ -467,5 +470,5 @@ def policy_move(logits: np.ndarray, temperature: float, rng: np.random.Generator
     from softmax(logits / temperature)."""
     if temperature <= 0:
         return int(np.argmax(logits))
-    probs = softmax(np.asarray(logits, dtype=np.float64) / temperature)
+    probs = gumbel.softmax(np.asarray(logits, dtype=np.float64) / temperature)
     return int(rng.choice(len(probs), p=probs))

@@ -1,5 +1,5 @@
 """The fast PUCT search: engine.search.puct.Search's algorithm over a flat-array tree, each playout's descent
-(selection, virtual loss, backup of exact leaves, collisions) one numba call (engine.search.tree_kernels).
+(selection, virtual loss, backup of exact leaves, collisions) one numba call (engine.search.puct_kernels).
 
 engine.search.puct.Search stays the readable reference; this class inherits its control logic (run, stop
 rules, best move, PV, result) and replaces only the tree: `NodeView` gives those methods the
@@ -15,11 +15,10 @@ import numpy as np
 
 from engine.backends.evaluator import Evaluator, UniformEvaluator
 from engine.core.features import fill_features
-from engine.core.moves import label_table, legal_moves_and_labels
-from engine.search import tree_kernels as tk
+from engine.core.moves import MAX_LEGAL_MOVES, label_table, legal_moves_and_labels
+from engine.search import puct_kernels as tk
 from engine.search.puct import Search, SearchControl, SearchParams
 
-MAX_LEGAL_MOVES = 593
 INITIAL_NODES, INITIAL_EDGES = 1 << 12, 1 << 18  # array sizes of a new tree (they double as needed)
 _NODE_FIELDS = (
     ("first", np.int64), ("count", np.int32), ("state", np.int8), ("pending", np.bool_),
@@ -249,19 +248,15 @@ class FastSearch(Search):
                 break
         return queued, done
 
-    def _run_batch(self) -> int:
-        queued, done = self._collect()
-        if queued:
-            policy, value = self.ev.evaluate(len(queued))
-            t, temperature, table = self.tree, self.params.softmax_temperature, label_table()
-            for i, (path_e, path_n, node, key, moves, turn) in enumerate(queued):
-                v = float(value[i])
-                logits = tk.puct_expand_from_row(
-                    node, moves, turn, table, i, policy, v, temperature, t.edges, t.first, t.count, t.state,
-                    t.value, t.child, t.cn, t.cw, t.prior, t.move, t.pending, path_e, path_n, t.nw,
-                )  # fmt: skip
-                self.cache.put(key, moves, logits, v)
-        return done + len(queued)
+    def _expand_batch(self, queued: list, policy: np.ndarray, value: np.ndarray) -> None:
+        t, temperature, table = self.tree, self.params.softmax_temperature, label_table()
+        for i, (path_e, path_n, node, key, moves, turn) in enumerate(queued):
+            v = float(value[i])
+            logits = tk.puct_expand_from_row(
+                node, moves, turn, table, i, policy, v, temperature, t.edges, t.first, t.count, t.state,
+                t.value, t.child, t.cn, t.cw, t.prior, t.move, t.pending, path_e, path_n, t.nw,
+            )  # fmt: skip
+            self.cache.put(key, moves, logits, v)
 
 
 _warm = False

@@ -1,13 +1,12 @@
-"""Numba kernels over flat-array search trees: gumbel_tree (self-play's Gumbel search, the per-node
-math of gumbel as loops over one node's edge slice) and puct_tree (PUCT, one call per playout's
-descent), so a simulation costs a few compiled calls instead of dozens of small
-numpy operations or Python objects.
+"""Numba kernels over gumbel_tree's flat-array trees (self-play's Gumbel search): the per-node math
+of gumbel as loops over one node's edge slice, and each round of many trees as one compiled call,
+so a simulation costs a fraction of a compiled call instead of dozens of small numpy operations or
+Python objects.
 
 Gumbel layout: node i owns edges first[i] .. first[i + 1] - 1 (its legal moves in cshogi order); edge
 e has visits N[e], value sum W[e] (from the node's side to move), prior logit[e] and prob[e], and
-child[e] (a node index, -1 before the first visit). PUCT's (first, count per node) is described at
-its kernels. Compiled at first use and cached on disk (cache=True); engine.play.usi imports this only at
-isready, never before `usiok`.
+child[e] (a node index, -1 before the first visit). Compiled at first use and cached on disk
+(cache=True); engine.play.usi imports this only at isready, never before `usiok`.
 """
 
 from __future__ import annotations
@@ -127,15 +126,14 @@ EXACT, CACHED, WAITING = 0, 1, 2  # what engine.search.gumbel_tree found at a ne
 
 
 @jit
-def create_leaves(count, size, root_turn, kinds, values, counts, moves, logits, table, lengths, first, child,  # noqa: ANN001, ANN201
-                  N, W, move, label, logit, prob, value, ready, exact, paths):  # fmt: skip
-    """Create the round's new nodes size .. size+count-1 (leaf i reached by paths[i, :lengths[i]]),
-    in order, so that each node's edges follow the previous node's. An EXACT leaf gets values[i]
-    and no edges; the others get edges for their counts[i] moves (taken in turn from `moves`); a
-    CACHED leaf also gets its priors (taken in turn from `logits`) and value values[i], backed up
-    at once. WAITING leaves get theirs from `resolve`. The edge arrays must have room."""
-    m = 0
-    o = 0
+def create_leaves(count, size, root_turn, kinds, values, counts, moves, m, logits, o, table, lengths, first,  # noqa: ANN001, ANN201
+                  child, N, W, move, label, logit, prob, value, ready, exact, paths):  # fmt: skip
+    """Create a round's new nodes size .. size+count-1 of one tree (leaf i reached by paths[i,
+    :lengths[i]]), in order, so that each node's edges follow the previous node's. An EXACT leaf
+    gets values[i] and no edges; the others get edges for their counts[i] moves (taken in turn from
+    moves[m:]); a CACHED leaf also gets its priors (taken in turn from logits[o:]) and value
+    values[i], backed up at once. WAITING leaves get theirs from `resolve`. The edge arrays must
+    have room. Returns the offsets (m, o) after what it took."""
     for i in range(count):
         node = size + i
         f = first[node]
@@ -160,6 +158,23 @@ def create_leaves(count, size, root_turn, kinds, values, counts, moves, logits, 
             set_prior(node, logits[o : o + n], values[i], first, logit, prob, value, ready)
             backup(paths[i], lengths[i], values[i], N, W)
             o += n
+    return m, o
+
+
+@jit
+def create_all(trees, leaves, size, root_turn, kinds, values, counts, moves, logits, table, lengths, first,  # noqa: ANN001, ANN201
+               child, N, W, move, label, logit, prob, value, ready, exact, paths):  # fmt: skip
+    """create_leaves for each tree t in `trees` (rows of the 2-D arrays), its leaves[t] new nodes'
+    moves and logits following the previous tree's in `moves` and `logits`."""
+    m = 0
+    o = 0
+    for t in trees:
+        m, o = create_leaves(
+            leaves[t], size[t], root_turn[t], kinds[t], values[t], counts[t], moves, m, logits, o, table,
+            lengths[t], first[t], child[t], N[t], W[t], move[t], label[t], logit[t], prob[t], value[t],
+            ready[t], exact[t], paths[t],
+        )  # fmt: skip
+        size[t] += leaves[t]
 
 
 @jit
@@ -191,12 +206,11 @@ def set_prior(node, logits, v, first, logit, prob, value, ready):  # noqa: ANN00
 
 @jit
 def resolve(count, nodes, rows, slots, lengths, paths, policy, values, first, label, logit, prob, value,  # noqa: ANN001, ANN201
-            ready, N, W, out):  # fmt: skip
+            ready, N, W, out, o):  # fmt: skip
     """The network output of waiting leaves 0..count-1 (node nodes[i], batch row rows[i], path
     paths[slots[i], :lengths[i]]): priors gathered from the policy row by the move labels, the row's
-    value, backed up. Their legal-move logits go to `out` (float32, for the cache) one leaf after
-    another."""
-    o = 0
+    value, backed up. Their legal-move logits go to out[o:] (float32, for the cache) one leaf after
+    another; returns the offset after them."""
     for i in range(count):
         node, row = nodes[i], rows[i]
         f = first[node]
@@ -208,6 +222,19 @@ def resolve(count, nodes, rows, slots, lengths, paths, policy, values, first, la
         v = np.float64(values[row])
         set_prior(node, logits, v, first, logit, prob, value, ready)
         backup(paths[slots[i]], lengths[i], v, N, W)
+    return o
+
+
+@jit
+def resolve_all(trees, waiting, nodes, rows, slots, lengths, paths, policy, values, first, label, logit, prob,  # noqa: ANN001, ANN201
+                value, ready, N, W, out):  # fmt: skip
+    """resolve for each tree t in `trees` (its waiting[t] leaves), the logits of one tree's leaves
+    following the previous tree's in `out`; returns how many logits were written."""
+    o = 0
+    for t in trees:
+        o = resolve(waiting[t], nodes[t], rows[t], slots[t], lengths[t], paths[t], policy, values, first[t],
+                    label[t], logit[t], prob[t], value[t], ready[t], N[t], W[t], out, o)  # fmt: skip
+    return o
 
 
 @jit
@@ -271,15 +298,18 @@ def plan_and_descend(seq, k, n, N, W, logit, prob, v, g, considered, c_visit, c_
 
 
 @jit
-def resolve_plan_descend(count, nodes, rows, slots, wait_lengths, policy, values, label, ready, logits_out,  # noqa: ANN001, ANN201
-                         seq, k, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, out, work, size,
-                         first, child, value, exact, move, paths, path_moves, lengths):  # fmt: skip
-    """`resolve` of the last round's waiting leaves, then `plan_and_descend` of the next round: one
-    compiled call between two network calls."""
-    resolve(count, nodes, rows, slots, wait_lengths, paths, policy, values, first, label, logit, prob, value,
-            ready, N, W, logits_out)  # fmt: skip
-    return plan_and_descend(seq, k, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, out, work, size,
-                            first, child, value, exact, move, paths, path_moves, lengths)  # fmt: skip
+def plan_all(trees, seq, seq_len, k, n_legal, N, W, logit, prob, g, considered, c_visit, c_scale, out, work,  # noqa: ANN001, ANN201
+             size, first, child, value, exact, move, paths, path_moves, lengths, leaves):  # fmt: skip
+    """plan_and_descend for each tree t in `trees` (its root is node 0, its schedule seq[t,
+    :seq_len[t]] from k[t] on): k[t] advances by the actions planned, leaves[t] is how many new
+    leaves its round reached."""
+    for t in trees:
+        count, leaves[t] = plan_and_descend(
+            seq[t, : seq_len[t]], k[t], n_legal[t], N[t], W[t], logit[t], prob[t], value[t, 0], g[t],
+            considered[t], c_visit, c_scale, out, work, size[t], first[t], child[t], value[t], exact[t],
+            move[t], paths[t], path_moves[t], lengths[t],
+        )  # fmt: skip
+        k[t] += count
 
 
 @jit
@@ -310,174 +340,3 @@ def root_result(n, N, W, logit, prob, v, g, considered, c_visit, c_scale, policy
             if score > best_score:
                 best, best_score = i, score
     return best
-
-
-# ----- PUCT (engine.search.puct_tree): nodes carry visits n (virtual losses included) and value sums w -----
-
-UNEVALUATED, EXPANDED, TERMINAL = 0, 1, 2
-LEAF, DONE, COLLISION = 0, 1, 2
-
-
-@jit
-def puct_select(node, first, count, nn, nw, value, cn, cw, prior, c_init, c_base, c_fpu_reduction):  # noqa: ANN001, ANN201
-    """puct.puct_select over the node's edge slice (first index wins ties, as numpy's argmax)."""
-    f = first[node]
-    m = count[node]
-    n = nn[node]
-    c = c_init + np.log((n + 1 + c_base) / c_base)
-    fpu = 0.0
-    if n:
-        seen = 0.0
-        for i in range(m):
-            if cn[f + i] > 0:
-                seen += prior[f + i]
-        fpu = c_fpu_reduction * np.sqrt(seen)
-    parent_q = max(0.0, (nw[node] / n if n else value[node]) - fpu)
-    sqrt_n = np.sqrt(n) if n else 1.0
-    best = 0
-    best_score = -np.inf
-    for i in range(m):
-        k = cn[f + i]
-        q = cw[f + i] / k if k > 0 else parent_q
-        score = q + c * (sqrt_n / (1.0 + k)) * prior[f + i]
-        if score > best_score:
-            best, best_score = i, score
-    return best
-
-
-@jit
-def puct_backup(path_e, path_n, length, leaf_value, nw, cw):  # noqa: ANN001, ANN201
-    """`leaf_value` is for the side to move at the leaf; each parent sees its complement."""
-    value = leaf_value
-    for i in range(length - 1, -1, -1):
-        value = 1.0 - value
-        cw[path_e[i]] += value
-        nw[path_n[i]] += value
-
-
-@jit
-def puct_descend(root, size, first, count, state, pending, win_idx, nn, nw, value, child, cn, cw, prior,  # noqa: ANN001, ANN201
-                 move, c, path_e, path_n, path_m):  # fmt: skip
-    """One playout of engine.search.puct.Search._collect down to a leaf, virtual loss added on the way:
-    returns (status, length, node, parent, idx). DONE: an exact node, already backed up; COLLISION:
-    a leaf queued by an earlier playout, virtual loss undone; LEAF: `node` (edge idx of `parent`)
-    needs evaluating, the caller walks the board by path_m[:length]. `size[0]` counts allocated
-    nodes; c = (c_init, c_base, c_fpu, the same three at the root)."""
-    node = root
-    length = 0
-    while True:
-        if state[node] == TERMINAL:
-            puct_backup(path_e, path_n, length, value[node], nw, cw)
-            return DONE, length, node, -1, -1
-        if pending[node]:
-            for i in range(length):
-                cn[path_e[i]] -= 1
-                nn[path_n[i]] -= 1
-            return COLLISION, length, node, -1, -1
-        if state[node] == UNEVALUATED:
-            parent = path_n[length - 1]
-            return LEAF, length, node, parent, path_e[length - 1] - first[parent]
-        if win_idx[node] >= 0:
-            idx = win_idx[node]
-        elif node == root:
-            idx = puct_select(node, first, count, nn, nw, value, cn, cw, prior, c[3], c[4], c[5])
-        else:
-            idx = puct_select(node, first, count, nn, nw, value, cn, cw, prior, c[0], c[1], c[2])
-        e = first[node] + idx
-        cn[e] += 1
-        nn[node] += 1
-        if child[e] < 0:
-            new = size[0]
-            size[0] += 1
-            state[new] = UNEVALUATED
-            pending[new] = False
-            win_idx[new] = -1
-            nn[new] = 0
-            nw[new] = 0.0
-            value[new] = 0.5
-            count[new] = 0
-            child[e] = new
-        path_e[length] = e
-        path_n[length] = node
-        path_m[length] = move[e]
-        length += 1
-        node = child[e]
-
-
-@jit
-def puct_expand(
-    node, moves, logits, v, temperature, edges, first, count, state, value, child, cn, cw, prior, move
-):  # noqa: ANN001, ANN201, E501
-    """Give `node` its edges (from edges[0] on) with priors softmax(logits / temperature)."""
-    f = edges[0]
-    m = len(moves)
-    edges[0] += m
-    first[node] = f
-    count[node] = m
-    state[node] = EXPANDED
-    value[node] = v
-    for i in range(m):
-        move[f + i] = moves[i]
-        child[f + i] = -1
-        cn[f + i] = 0
-        cw[f + i] = 0.0
-        prior[f + i] = logits[i] / temperature
-    softmax_in_place(prior, f, m)
-
-
-@jit
-def puct_compact(root, first, count, state, pending, win_idx, nn, nw, value, child, cn, cw, prior, move, out):  # noqa: ANN001, ANN201, E501
-    """Copy the subtree under `root` into the (empty, large enough) arrays of `out`, root first, in
-    breadth-first order; returns (nodes, edges) copied. Everything else is garbage from earlier moves."""
-    o_first, o_count, o_state, o_pending, o_win, o_nn, o_nw, o_value = out[:8]
-    o_child, o_cn, o_cw, o_prior, o_move = out[8:]
-    queue = [root]
-    o_nodes = 1
-    o_edges = 0
-    head = 0
-    while head < len(queue):
-        old = queue[head]
-        new = head
-        head += 1
-        o_state[new] = state[old]
-        o_pending[new] = pending[old]
-        o_win[new] = win_idx[old]
-        o_nn[new] = nn[old]
-        o_nw[new] = nw[old]
-        o_value[new] = value[old]
-        o_count[new] = count[old]
-        o_first[new] = o_edges
-        if state[old] != EXPANDED:
-            continue
-        f = first[old]
-        for i in range(count[old]):
-            e = o_edges + i
-            o_move[e] = move[f + i]
-            o_cn[e] = cn[f + i]
-            o_cw[e] = cw[f + i]
-            o_prior[e] = prior[f + i]
-            if child[f + i] >= 0:
-                o_child[e] = o_nodes
-                o_nodes += 1
-                queue.append(child[f + i])
-            else:
-                o_child[e] = -1
-        o_edges += count[old]
-    return o_nodes, o_edges
-
-
-@jit
-def puct_expand_from_row(node, moves, turn, table, row, policy, v, temperature, edges, first, count, state, value,  # noqa: ANN001, ANN201, E501
-                         child, cn, cw, prior, move, pending, path_e, path_n, nw):  # fmt: skip
-    """A queued leaf's network output: puct_expand with the logits gathered from the policy row by
-    the moves' labels, no longer pending, v backed up along its path; returns the legal-move logits
-    (float32, for the cache)."""
-    logits = np.empty(len(moves), dtype=np.float32)
-    for i in range(len(moves)):
-        logits[i] = policy[row, table[turn, moves[i] & 0x7FFF]]
-    puct_expand(
-        node, moves, logits, v, temperature, edges, first, count, state, value, child, cn, cw, prior, move
-    )
-    pending[node] = False
-    puct_backup(path_e, path_n, len(path_e), v, nw, cw)
-    return logits

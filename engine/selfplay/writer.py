@@ -23,17 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from engine.core.moves import NUM_MOVE_LABELS
+from engine.core.rules import RESULT_MASK
 from engine.core.score import value_to_eval
-from engine.records.formats import (
-    DATA,
-    MOVE_INFO,
-    MOVE_VISITS,
-    OPPONENT_SELFPLAY,
-    RESULT_MASK,
-    Hcpe3Game,
-    Hcpe3Writer,
-    append_data,
-)
+from engine.records.formats import DATA, MOVE_INFO, MOVE_VISITS, OPPONENT_SELFPLAY, Hcpe3Game
+from engine.records.writers import Hcpe3Writer, append_data
 
 FORMATS = ("hcpe3", "data")
 VISIT_SCALE = 65535  # hcpe3 visitNum holds round(p * 65535) of the improved policy

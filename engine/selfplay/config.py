@@ -1,0 +1,117 @@
+"""Self-play settings: what to play, how to search and where to write, checked before any work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.backends.evaluator import Evaluator
+from engine.errors import UserError
+from engine.fileio import check_output_dir
+from engine.search.gumbel_search import SearchParams
+from engine.selfplay.writer import FORMATS
+from engine.usi_client import DEFAULT_MOVE_TIMEOUT, EngineSpec
+
+USI_COLOURS = ("black", "white", "alternate")
+
+INFERENCE_SERVER = ("auto", "on", "off")
+
+
+@dataclass
+class SelfPlayConfig:
+    out_dir: str | Path = "selfplay"
+    games: int = 64
+    parallel: int = 64
+    processes: int = 1
+    groups: int = 2
+    sims: int = 32
+    considered: int = 16
+    c_visit: float = 50.0
+    c_scale: float = 1.0
+    max_moves: int = 320
+    random_plies: int = 0
+    temperature: float = 1.0
+    resign_threshold: float = 0.0  # resign when the root value drops below this; 0 never resigns
+    resign_playout_fraction: float = 0.1
+    seed: int = 0
+    format: str = "hcpe3"
+    cache_size: int = 300_000
+    model: str | None = None
+    activation: str | None = None  # relu|swish of a dlshogi checkpoint/npz that does not say
+    backend: str = "auto"
+    device: str | None = None
+    batch: int = 256  # the evaluator's max batch; bigger leaf batches are split
+    threads: int | None = None  # torch CPU threads per process (default: cores / processes)
+    inference_server: str = "auto"  # one evaluator process for all workers: on, off, auto (with a GPU)
+    progress: bool = True
+    # games against an external USI engine
+    usi_engine: str | None = None  # command line (shell words)
+    usi_options: dict[str, str] = field(default_factory=dict)  # setoption name -> value
+    usi_byoyomi: int | None = None  # its time per move in ms ...
+    usi_nodes: int | None = None  # ... or its node budget per move
+    usi_fraction: float = 1.0  # of the games (when an engine is given)
+    usi_colour: str = "alternate"  # the colour the engine plays: black, white or alternate
+    usi_engines: int = 1  # engine processes per self-play process (each answers one move at a time)
+    usi_timeout: float = DEFAULT_MOVE_TIMEOUT  # seconds (on top of the byoyomi) before a game is dropped
+
+    def validate(self) -> None:
+        checks = [
+            (self.games >= 1, "--games must be >= 1"),
+            (self.parallel >= 1, "--parallel must be >= 1"),
+            (self.processes >= 1, "--processes must be >= 1"),
+            (self.groups in (1, 2), "--groups must be 1 or 2"),
+            (self.sims >= 1, "--sims must be >= 1"),
+            (self.considered >= 1, "--considered must be >= 1"),
+            (self.c_visit >= 0 and self.c_scale >= 0, "--c-visit and --c-scale must be >= 0"),
+            (self.max_moves >= 1, "--max-moves must be >= 1"),
+            (self.random_plies >= 0, "--random-plies must be >= 0"),
+            (self.temperature > 0, "--temperature must be > 0"),
+            (0 <= self.resign_threshold < 1, "--resign-threshold must be in [0, 1)"),
+            (0 <= self.resign_playout_fraction <= 1, "--resign-playout-fraction must be in [0, 1]"),
+            (self.format in FORMATS, f"--format must be one of {', '.join(FORMATS)}"),
+            (self.batch >= 1, "--batch must be >= 1"),
+            (self.cache_size >= 0, "--cache must be >= 0"),
+            (
+                self.inference_server in INFERENCE_SERVER,
+                f"--inference-server must be one of {', '.join(INFERENCE_SERVER)}",
+            ),
+            *self._usi_checks(),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise UserError(msg)
+        if self.usi_engine is not None:
+            EngineSpec(self.usi_engine).argv  # noqa: B018 (a command that does not parse is a UserError)
+        check_output_dir(self.out_dir, "--out")  # created with the first game's file, not before
+
+    def _usi_checks(self) -> list[tuple[bool, str]]:
+        if self.usi_engine is None:
+            unused = self.usi_options or self.usi_byoyomi is not None or self.usi_nodes is not None
+            return [(not unused, "--usi-option, --usi-byoyomi and --usi-nodes need --usi-engine")]
+        return [
+            (bool(self.usi_engine.strip()), "--usi-engine: empty command"),
+            (
+                (self.usi_byoyomi is None) != (self.usi_nodes is None),
+                "--usi-engine needs its time per move: --usi-byoyomi MS or --usi-nodes N (one of them)",
+            ),
+            (self.usi_byoyomi is None or self.usi_byoyomi >= 0, "--usi-byoyomi must be >= 0"),
+            (self.usi_nodes is None or self.usi_nodes >= 1, "--usi-nodes must be >= 1"),
+            (0 <= self.usi_fraction <= 1, "--usi-fraction must be in [0, 1]"),
+            (self.usi_colour in USI_COLOURS, f"--usi-colour must be one of {', '.join(USI_COLOURS)}"),
+            (self.usi_engines >= 1, "--usi-engines must be >= 1"),
+            (self.usi_timeout > 0, "--usi-timeout must be > 0"),
+        ]
+
+    @property
+    def external(self) -> bool:
+        """Whether any game is played against the USI engine."""
+        return self.usi_engine is not None and self.usi_fraction > 0
+
+    def search_params(self) -> SearchParams:
+        return SearchParams(self.sims, self.considered, self.c_visit, self.c_scale, self.max_moves)
+
+
+EvaluatorFactory = Callable[[int], Evaluator]  # max_batch -> evaluator (picklable for the server)
+
+OnGame = Callable[[int, int | None, int], None]  # (positions, result byte or None if dropped, opponent)

@@ -1,0 +1,260 @@
+"""The USI client: an engine run as a child process, spoken to with deadlines, and what its answers mean.
+
+`UsiProcess` is cshogi's `usi.Engine` made safe for unattended play (match arbiter, corpus, self-play
+against an external engine): every read has a deadline, a dead or hung engine raises `EngineFailure`,
+and the engine can be restarted and is always told to quit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import shlex
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import cshogi.usi
+
+from engine.core.score import eval_to_value
+from engine.errors import UserError
+
+STARTPOS = "startpos"
+DEFAULT_MOVE_TIMEOUT = 60.0  # seconds on top of the byoyomi before an engine loses on time
+
+
+def parse_usi_options(items: Iterable[str]) -> dict[str, str]:
+    """`NAME=VALUE` strings (as given to --usi-option) -> {name: value}; UserError if malformed."""
+    options: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
+            raise UserError(f"--usi-option {item!r}: expected NAME=VALUE (a name without spaces)")
+        options[name.strip()] = value.strip()
+    return options
+
+
+def usi_score_to_value(score: str | None) -> float:
+    """The engine's `score cp N` / `score mate N` (its own side-to-move view) as a win probability;
+    0.5 (eval 0) when it gave none."""
+    kind, _, value = (score or "").partition(" ")
+    if kind == "mate" and value:
+        return 0.0 if value.startswith("-") else 1.0
+    if kind == "cp":
+        with contextlib.suppress(ValueError):
+            return float(eval_to_value(int(value)))
+    return 0.5
+
+
+class EngineFailure(Exception):
+    """The engine process died, closed its output or (`timed_out`) did not answer in time."""
+
+    def __init__(self, message: str, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+@dataclass
+class EngineSpec:
+    """How to start one engine: a command line (shell-quoted words) and USI options to set."""
+
+    command: str
+    options: dict[str, str] = field(default_factory=dict)
+    name: str | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        try:
+            argv = shlex.split(self.command)
+        except ValueError as e:
+            raise UserError(f"engine command {self.command!r}: {e}") from None
+        if not argv:
+            raise UserError("empty engine command")
+        return argv
+
+    @property
+    def label(self) -> str:
+        return self.name or Path(self.argv[0]).name
+
+
+class UsiProcess(cshogi.usi.Engine):
+    """cshogi's Engine, made safe for unattended matches: the command may have arguments, stderr
+    goes to a file (an unread pipe would stall a chatty engine), and every read has a deadline and
+    notices end of output, so a dead or hung engine raises EngineFailure instead of blocking."""
+
+    def __init__(self, spec: EngineSpec, timeout: float = DEFAULT_MOVE_TIMEOUT) -> None:
+        self.spec = spec
+        self.timeout = timeout
+        self.last_score: str | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._stderr: IO[bytes] | None = None
+        super().__init__(spec.command, connect=False)
+
+    # ----- process -----
+
+    def connect(self, listener: Any = None) -> None:
+        argv = self.spec.argv
+        exe = Path(argv[0])
+        if exe.parent != Path("") and exe.exists():  # run in its folder, as cshogi does, so make it absolute
+            exe = Path(os.path.abspath(exe))  # not resolve(): a venv's python is a symlink out of the venv
+            argv[0] = str(exe)
+        self._stderr = tempfile.TemporaryFile()
+        self._lines = queue.Queue()
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                cwd=str(exe.parent) if exe.parent != Path("") else None,
+            )
+        except OSError as e:
+            raise UserError(f"engine {self.spec.command!r}: cannot start: {e.strerror or e}") from None
+        # The queue is handed over, not looked up: after a restart the old process's reader, still
+        # draining to its end, must not put its end-of-output into the new process's queue.
+        threading.Thread(target=self._pump, args=(self.proc.stdout, self._lines), daemon=True).start()
+        try:
+            self._send("usi")
+            self.name = self.spec.label
+            while (line := self._read(self.timeout)) != "usiok":
+                if line.startswith("id name "):
+                    self.name = self.spec.name or line[8:]
+            for key, value in self.spec.options.items():
+                self.setoption(key, value)
+            self.isready()
+        except EngineFailure as e:
+            self.close()
+            raise UserError(f"engine {self.spec.command!r} failed to start: {e}") from None
+
+    @staticmethod
+    def _pump(stdout: IO[bytes], lines: queue.Queue[str | None]) -> None:
+        for raw in stdout:
+            lines.put(raw.decode("utf-8", "replace").strip())
+        lines.put(None)
+
+    def _send(self, cmd: str) -> None:
+        try:
+            self.proc.stdin.write(cmd.encode("utf-8") + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            raise EngineFailure(f"{self.name}: engine exited{self._stderr_tail()}") from None
+
+    def _read(self, timeout: float) -> str:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise EngineFailure(f"{self.name}: no answer within {timeout:g}s", timed_out=True) from None
+        if line is None:
+            self._lines.put(None)  # stay at end of output for later reads
+            raise EngineFailure(f"{self.name}: engine exited{self._stderr_tail()}")
+        return line
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None:
+            return ""
+        with contextlib.suppress(OSError, ValueError):
+            self._stderr.seek(0, os.SEEK_END)
+            size = self._stderr.tell()
+            self._stderr.seek(max(0, size - 300))
+            tail = self._stderr.read().decode("utf-8", "replace").strip().splitlines()
+            if tail:
+                return f" (stderr: {tail[-1]})"
+        return ""
+
+    def restart(self) -> None:
+        self.close()
+        self.connect()
+
+    def close(self) -> None:
+        """quit, then terminate/kill if the engine does not exit promptly. Safe to call twice."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.write(b"quit\n")
+                proc.stdin.flush()
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def quit(self, listener: Any = None) -> None:
+        self.close()
+
+    # ----- protocol (cshogi's writers go through stdin directly; these read with deadlines) -----
+
+    def setoption(self, name: str, value: str | int, listener: Any = None) -> None:
+        self._send(f"setoption name {name} value {value}")
+
+    def usinewgame(self, listener: Any = None) -> None:
+        self._send("usinewgame")
+
+    def position(self, moves: list[str] | None = None, sfen: str = STARTPOS, listener: Any = None) -> None:
+        self._send(f"position {sfen}" + (" moves " + " ".join(moves) if moves else ""))
+
+    def gameover(self, result: str | None = None, listener: Any = None) -> None:
+        self._send("gameover" + (f" {result}" if result else ""))
+
+    def isready(self, listener: Any = None) -> None:
+        self._send("isready")
+        while self._read(max(self.timeout, 600.0)) != "readyok":  # model loading may take long
+            pass
+
+    def go(
+        self,
+        ponder: bool = False,
+        btime: int | None = None,
+        wtime: int | None = None,
+        byoyomi: int | None = None,
+        binc: int | None = None,
+        winc: int | None = None,
+        nodes: int | None = None,
+        listener: Any = None,
+        depth: int | None = None,
+    ) -> tuple[str, str | None]:
+        cmd = "go"
+        if byoyomi is not None:
+            cmd += f" btime 0 wtime 0 byoyomi {byoyomi}"
+        if nodes is not None:
+            cmd += f" nodes {nodes}"
+        if depth is not None:
+            cmd += f" depth {depth}"
+        self._send(cmd)
+        deadline = time.monotonic() + self.timeout + (byoyomi or 0) / 1000
+        self.last_score = None
+        while True:
+            line = self._read(max(0.0, deadline - time.monotonic()))
+            if line.startswith("info") and " score " in line:
+                words = line.split()
+                k = words.index("score")
+                self.last_score = " ".join(words[k + 1 : k + 3])
+            elif line.startswith("bestmove"):
+                words = line.split()
+                if len(words) < 2:
+                    return "resign", None
+                return words[1], words[3] if len(words) >= 4 and words[2] == "ponder" else None
+
+
+@contextlib.contextmanager
+def started(specs: Sequence[EngineSpec], timeout: float = DEFAULT_MOVE_TIMEOUT) -> Iterator[list[UsiProcess]]:
+    """Start the engines (usi, options, isready); always quit them on the way out."""
+    engines: list[UsiProcess] = []
+    try:
+        for spec in specs:
+            engine = UsiProcess(spec, timeout)
+            engines.append(engine)
+            engine.connect()
+        yield engines
+    finally:
+        for engine in engines:
+            engine.close()

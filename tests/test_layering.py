@@ -1,0 +1,117 @@
+"""The layout's rules, read from the source: imports point only down the layers, every module opens with a
+docstring saying what it is, and no source file grows past 500 lines (ARCHITECTURE.md explains the layers)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("engine", "train", "export")
+MAX_LINES = 500
+
+# A module may import modules of its own group and of lower layers; nothing else but ALLOWED_PEERS.
+LAYERS = {
+    "engine": 0,  # the package itself and BASE: used by every layer
+    "engine.core": 1,  # the game and the network
+    "engine.records": 2,  # record formats and writers
+    "engine.search": 3,
+    "engine.backends": 3,
+    "engine.usi_client": 3,  # driving another USI engine
+    "engine.play": 4,  # our USI engine
+    "engine.selfplay": 4,
+    "engine.match": 4,
+    "train": 5,
+    "export": 5,
+}
+BASE = {"engine.errors", "engine.fileio", "engine.paths"}
+ALLOWED_PEERS = {
+    ("engine.search", "engine.backends.evaluator"),  # search sees a network only through Evaluator
+    ("train", "export"),  # the learning loop exports each generation's network
+}
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted name -> file, for every module of the three packages."""
+    files = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+MODULES = module_files()
+
+
+def group(module: str) -> str | None:
+    """The LAYERS key of a module: itself or its longest listed package (`engine`: itself and BASE)."""
+    if module in BASE:
+        return "engine"
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n])
+        if key in LAYERS and (key != "engine" or module == "engine"):
+            return key
+    return None
+
+
+def imported(module: str, path: Path) -> list[tuple[int, str]]:
+    """(line, module) for each import of our packages, at any depth (lazy imports count too).
+    `from engine.records import formats` names the submodule engine.records.formats."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.append((node.lineno, sub if sub in MODULES else base))
+    return sorted({(line, name) for line, name in found if name.split(".")[0] in PACKAGES})
+
+
+def allowed(source: str, target: str) -> bool:
+    here, there = group(source), group(target)
+    if here == there or LAYERS[there] < LAYERS[here]:
+        return True
+    return any(here == a and (target == b or target.startswith(b + ".")) for a, b in ALLOWED_PEERS)
+
+
+def test_every_module_has_a_layer():
+    assert len(MODULES) > 30, "the test must see the packages' modules"
+    assert [m for m in MODULES if group(m) is None] == [], "place these modules in a layer (LAYERS)"
+
+
+def test_no_module_imports_a_higher_layer():
+    wrong = []
+    for module, path in MODULES.items():
+        if group(module) is None:
+            continue
+        for line, target in imported(module, path):
+            if group(target) is None:
+                wrong.append(f"{path.relative_to(REPO)}:{line}: {target} is no module in a layer")
+            elif not allowed(module, target):
+                here, there = group(module), group(target)
+                wrong.append(
+                    f"{path.relative_to(REPO)}:{line}: {here} (layer {LAYERS[here]}) imports "
+                    f"{target} (layer {LAYERS[there]})"
+                )
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_every_module_opens_with_a_docstring():
+    missing = [m for m, path in MODULES.items() if not ast.get_docstring(ast.parse(path.read_text()))]
+    assert missing == [], f"modules without a docstring: {missing}"
+
+
+def test_no_source_file_is_over_the_limit():
+    sources = [*MODULES.values(), *(REPO / "bench").glob("*.py")]
+    sources += [p for p in (REPO / "bin").iterdir() if p.is_file() and p.read_text().startswith("#!")]
+    lines = {str(path.relative_to(REPO)): len(path.read_text().splitlines()) for path in sources}
+    long = {name: n for name, n in lines.items() if n > MAX_LINES}
+    assert long == {}, f"files over {MAX_LINES} lines (split them where a second concept lives): {long}"

@@ -1,0 +1,208 @@
+"""The four steps of a generation (self-play, train, export, evaluate), each resumable from what it left."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine.errors import UserError
+from engine.match.arbiter import play_match
+from engine.match.openings import random_openings
+from engine.paths import REPO_ROOT
+from engine.records.hcpe3_games import iter_hcpe3_games
+from engine.usi_client import EngineSpec, started
+from train.loop_config import LoopConfig, LoopState, RunPaths, at_generation, selfplay_config
+
+USI_ENGINE = REPO_ROOT / "bin" / "usi_engine"
+GREEDY_ENGINE = REPO_ROOT / "bin" / "greedy_usi"
+
+
+class Interrupted(KeyboardInterrupt):
+    """A step stopped on SIGINT/SIGTERM after saving what it had; rerun the loop to continue."""
+
+
+def count_games(folder: Path) -> tuple[int, int]:
+    """(whole games, positions) in a folder's hcpe3 files; a torn last game is not counted."""
+    games = positions = 0
+    for f in sorted(folder.glob("*.hcpe3")):
+        if f.stat().st_size == 0:
+            continue
+        for game in iter_hcpe3_games(f):
+            games += 1
+            positions += len(game.moves)
+    return games, positions
+
+
+def play_model(paths: RunPaths, g: int) -> Path:
+    """The file generation g's model is served from (ONNX; the runtime picks TensorRT where it can)."""
+    return paths.onnx(g)
+
+
+def step_selfplay(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], None]) -> dict[str, Any]:
+    from engine.selfplay.processes import run_selfplay
+
+    target = at_generation(cfg.schedules()["games"], g)
+    folder = paths.selfplay(g)
+    folder.mkdir(parents=True, exist_ok=True)
+    before, _ = count_games(folder)
+    started_at = time.perf_counter()
+    if before < target:
+        log(f"gen {g}: self-play {target - before} games ({before} already played) with gen {g - 1}'s model")
+        stats = run_selfplay(selfplay_config(cfg, g, folder, play_model(paths, g - 1), before))
+        if stats.interrupted:
+            raise Interrupted(f"gen {g}: self-play interrupted; {stats.games} more games kept")
+    games, positions = count_games(folder)
+    return {
+        "games": games,
+        "positions": positions,
+        "games_this_session": games - before,
+        "seconds": time.perf_counter() - started_at,
+    }
+
+
+def window_files(paths: RunPaths, g: int, window: int) -> list[Path]:
+    """The newest `window` self-play files of generations 1..g (generation order, then file name)."""
+    files = [
+        f for k in range(1, g + 1) for f in sorted(paths.selfplay(k).glob("*.hcpe3")) if f.stat().st_size > 0
+    ]
+    return files[-window:]
+
+
+def step_train(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], None]) -> dict[str, Any]:
+    from train.config import TrainConfig
+    from train.trainer import train
+
+    s = cfg.schedules()
+    out = paths.train(g)
+    resume = (out / "checkpoint.pt").is_file()
+    files = window_files(paths, g, at_generation(s["window"], g))
+    if not files:
+        raise UserError(f"{paths.selfplay(g)}: no self-play records to train on")
+    extra = cfg.extra_paths()
+    log(
+        f"gen {g}: training on {len(files)} file(s)"
+        + (f" + {len(extra)} extra" if extra else "")
+        + f" from gen {g - 1}'s weights"
+        + (" (resuming)" if resume else "")
+    )
+    summary = train(
+        TrainConfig(
+            data=[str(f) for f in [*files, *extra]],
+            val_lambda=cfg.val_lambda,
+            out=str(out),
+            init=str(paths.checkpoint(g - 1)),
+            resume=resume,
+            epochs=at_generation(s["epochs"], g),
+            batch_size=at_generation(s["batch_size"], g),
+            lr=at_generation(s["lr"], g),
+            optimizer=cfg.optimizer,
+            seed=cfg.seed + g,
+            device=cfg.device,
+            workers=cfg.workers,
+            log_interval=10,
+            progress=cfg.progress,
+        )
+    )
+    if not summary.get("finished"):
+        raise Interrupted(f"gen {g}: training stopped ({summary.get('stopped_by')}); checkpoint kept")
+    keep = ("steps", "positions", "seconds", "policy_loss", "value_loss", "loss")
+    return {**{k: summary[k] for k in keep if k in summary}, "files": [f.name for f in files]}
+
+
+def tensorrt_available() -> bool:
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def export_model(checkpoint: Path, onnx: Path, trt_batch: int, log: Callable[[str], None]) -> dict[str, Any]:
+    from export.onnx_export import export_onnx
+
+    started_at = time.perf_counter()
+    report = export_onnx(checkpoint, onnx)
+    if not report.ok:
+        raise UserError(f"{onnx}: export failed its check against PyTorch: {report}")
+    record: dict[str, Any] = {"onnx": onnx.name, "policy_max_abs": report.policy_max_abs}
+    if tensorrt_available():
+        from engine.backends.trt_build import build_cached_engine
+
+        record["engine"] = str(build_cached_engine(onnx, onnx.parent, max_batch=trt_batch))
+        log(f"TensorRT engine {record['engine']}")
+    record["seconds"] = time.perf_counter() - started_at
+    return record
+
+
+def step_export(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], None]) -> dict[str, Any]:
+    log(f"gen {g}: exporting {paths.onnx(g)}")
+    return export_model(paths.checkpoint(g), paths.onnx(g), max(cfg.eval_batch, 1), log)
+
+
+def model_engine(cfg: LoopConfig, model: Path, name: str) -> EngineSpec:
+    """The USI engine playing `model` with a fixed node budget (set per move by the match)."""
+    options = {
+        "DNN_Model": str(model),
+        "Backend": cfg.backend,
+        "DNN_Batch_Size": str(cfg.eval_batch),
+        "Search_Mode": "puct",
+        "USI_Ponder": "false",
+    }
+    return EngineSpec(str(USI_ENGINE), options, name)
+
+
+def opponents(cfg: LoopConfig, paths: RunPaths, g: int) -> dict[str, EngineSpec]:
+    """Previous generation, the random-init generation 0 and the --anchor generation (each the same match
+    as 'prev' when it is the previous one), the greedy player."""
+    out = {"prev": model_engine(cfg, play_model(paths, g - 1), f"gen{g - 1}")}
+    if g > 1:
+        out["gen0"] = model_engine(cfg, play_model(paths, 0), "gen0")
+    if 0 < cfg.anchor < g - 1:
+        out["anchor"] = model_engine(cfg, play_model(paths, cfg.anchor), f"gen{cfg.anchor}")
+    if cfg.init:
+        out["random"] = model_engine(cfg, paths.random_onnx, "random-init")
+    if cfg.greedy:
+        out["greedy"] = EngineSpec(str(GREEDY_ENGINE), {"Seed": str(cfg.seed + g)}, "greedy")
+    return out
+
+
+def step_eval(
+    cfg: LoopConfig, paths: RunPaths, g: int, state: LoopState, log: Callable[[str], None]
+) -> dict[str, Any]:
+    started_at = time.perf_counter()
+    matches: dict[str, Any] = state.gen(g).setdefault("eval_matches", {})
+    todo = {k: v for k, v in opponents(cfg, paths, g).items() if k not in matches}
+    if todo and cfg.eval_games:
+        openings = random_openings((cfg.eval_games + 1) // 2, cfg.eval_random_plies, cfg.seed + g)
+        with started([model_engine(cfg, play_model(paths, g), f"gen{g}")], cfg.eval_timeout) as (me,):
+            for key, spec in todo.items():
+                log(f"gen {g}: {cfg.eval_games} games vs {spec.label} ({cfg.eval_nodes} nodes/move)")
+                with started([spec], cfg.eval_timeout) as (other,):
+                    result = play_match(
+                        [me, other],
+                        cfg.eval_games,
+                        nodes=cfg.eval_nodes,
+                        max_moves=cfg.eval_max_moves,
+                        openings=openings,
+                        csa_dir=paths.gen(g) / "eval" / key,
+                        progress=cfg.progress,
+                    )
+                log(f"gen {g}: {result}")
+                matches[key] = result.summary()
+                state.save()  # a finished match survives an interruption of the next one
+    if "prev" in matches:  # a reference that is the previous generation: that same match
+        if g == 1:
+            matches["gen0"] = matches["prev"]
+        if cfg.anchor and cfg.anchor == g - 1:
+            matches["anchor"] = matches["prev"]
+    record: dict[str, Any] = {"matches": matches}
+    if cfg.test:
+        from train.evaluation import evaluate_checkpoint
+
+        tests = [str(p) for p in cfg.test_paths()]
+        held_out = evaluate_checkpoint(paths.checkpoint(g), tests, paths.root / "cache", device=cfg.device)
+        record["held_out"] = held_out
+        log(f"gen {g}: held-out " + ", ".join(f"{k} {v:.4g}" for k, v in record["held_out"].items()))
+    return {**record, "seconds": time.perf_counter() - started_at}
