@@ -47,7 +47,14 @@ class EvalCache:
         return entry
 
     def put(self, key: int, moves: np.ndarray, logits: np.ndarray, value: float) -> None:
-        self.put_many([(key, moves.astype(np.int32, copy=False))], logits, [value])
+        """Store one position (its logits are kept, not copied)."""
+        if self.capacity == 0:
+            return
+        data = self._data
+        data[key] = _entry((moves.astype(np.int32, copy=False), logits, value))
+        data.move_to_end(key)
+        if len(data) > self.capacity:
+            data.popitem(last=False)
 
     def put_many(
         self, entries: list[tuple[int, np.ndarray]], logits: np.ndarray, values: list[float]

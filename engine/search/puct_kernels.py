@@ -165,17 +165,23 @@ def puct_compact(root, first, count, state, pending, win_idx, nn, nw, value, chi
 
 
 @jit
-def puct_expand_from_row(node, moves, turn, table, row, policy, v, temperature, edges, first, count, state, value,  # noqa: ANN001, ANN201, E501
-                         child, cn, cw, prior, move, pending, path_e, path_n, nw):  # fmt: skip
-    """A queued leaf's network output: puct_expand with the logits gathered from the policy row by
-    the moves' labels, no longer pending, v backed up along its path; returns the legal-move logits
-    (float32, for the cache)."""
-    logits = np.empty(len(moves), dtype=np.float32)
-    for i in range(len(moves)):
-        logits[i] = policy[row, table[turn, moves[i] & 0x7FFF]]
-    puct_expand(
-        node, moves, logits, v, temperature, edges, first, count, state, value, child, cn, cw, prior, move
-    )
-    pending[node] = False
-    puct_backup(path_e, path_n, len(path_e), v, nw, cw)
-    return logits
+def puct_expand_batch(count, nodes, moves, move_start, turns, path_e, path_n, path_start, table, policy, values,  # noqa: ANN001, ANN201, E501
+                      temperature, edges, first, cnt, state, value, child, cn, cw, prior, move, pending, nw,
+                      logits):  # fmt: skip
+    """The network output of a batch's queued leaves: leaf i (node nodes[i], side to move turns[i])
+    gets puct_expand with the logits gathered from policy row i by the labels of its moves
+    (moves[move_start[i]:move_start[i + 1]]), is no longer pending, and values[i] is backed up along
+    its path (path_e/path_n[path_start[i]:path_start[i + 1]]). The legal-move logits (float32, for the
+    cache) go to logits[move_start[i]:move_start[i + 1]]."""
+    for i in range(count):
+        ms, me = move_start[i], move_start[i + 1]
+        leaf_moves = moves[ms:me]
+        leaf_logits = logits[ms:me]
+        for j in range(me - ms):
+            leaf_logits[j] = policy[i, table[turns[i], leaf_moves[j] & 0x7FFF]]
+        v = np.float64(values[i])
+        puct_expand(nodes[i], leaf_moves, leaf_logits, v, temperature, edges, first, cnt, state, value, child,
+                    cn, cw, prior, move)  # fmt: skip
+        pending[nodes[i]] = False
+        ps, pe = path_start[i], path_start[i + 1]
+        puct_backup(path_e[ps:pe], path_n[ps:pe], pe - ps, v, nw, cw)

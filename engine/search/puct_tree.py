@@ -249,14 +249,21 @@ class FastSearch(Search):
         return queued, done
 
     def _expand_batch(self, queued: list, policy: np.ndarray, value: np.ndarray) -> None:
-        t, temperature, table = self.tree, self.params.softmax_temperature, label_table()
-        for i, (path_e, path_n, node, key, moves, turn) in enumerate(queued):
-            v = float(value[i])
-            logits = tk.puct_expand_from_row(
-                node, moves, turn, table, i, policy, v, temperature, t.edges, t.first, t.count, t.state,
-                t.value, t.child, t.cn, t.cw, t.prior, t.move, t.pending, path_e, path_n, t.nw,
-            )  # fmt: skip
-            self.cache.put(key, moves, logits, v)
+        """Every queued leaf's network output in one compiled call, then into the cache."""
+        t = self.tree
+        path_e, path_n, nodes, keys, moves, turns = zip(*queued, strict=True)
+        move_start = np.zeros(len(queued) + 1, dtype=np.int64)
+        np.cumsum([len(m) for m in moves], out=move_start[1:])
+        path_start = np.zeros(len(queued) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in path_e], out=path_start[1:])
+        logits = np.empty(int(move_start[-1]), dtype=np.float32)
+        tk.puct_expand_batch(
+            len(queued), np.array(nodes, dtype=np.int64), np.concatenate(moves), move_start,
+            np.array(turns, dtype=np.int64), np.concatenate(path_e), np.concatenate(path_n), path_start,
+            label_table(), policy, value, self.params.softmax_temperature, t.edges, t.first, t.count, t.state,
+            t.value, t.child, t.cn, t.cw, t.prior, t.move, t.pending, t.nw, logits,
+        )  # fmt: skip
+        self.cache.put_many(list(zip(keys, moves, strict=True)), logits, value[: len(queued)].tolist())
 
 
 _warm = False
