@@ -8,7 +8,7 @@ with the latency model (no server), then P = 1, 2, 4 through the inference serve
 positions/s, rows per forward call and the evaluator's busy fraction; the P = 2 row also as a
 fraction of min(2 x ceiling, the model's asymptotic rate), the issue's target (>= 80%).
 
-  python bench/multiprocess_selfplay.py                     # ~2 min on 2 cores (128 games per process:
+  python bench/multiprocess_selfplay.py                     # ~3 min on 2 cores (256 games per process:
                                                             # enough rows per call to keep the device busy)
   python bench/multiprocess_selfplay.py --a-ms 0.5 --b-ms 0.005 --processes 1,2,4,8 --games 128
   python bench/multiprocess_selfplay.py --real --backend torch --device cuda [--model M]
@@ -36,8 +36,9 @@ from engine.selfplay.stats import SelfPlayStats  # noqa: E402
 def _config(args: argparse.Namespace, out: str, processes: int, server: str) -> SelfPlayConfig:
     return SelfPlayConfig(
         out_dir=out, games=args.games * processes, parallel=args.games, processes=processes, sims=args.sims,
-        max_moves=args.max_moves, batch=args.batch, progress=False, inference_server=server, model=args.model,
-        backend=args.backend, device=args.device, threads=args.threads,
+        max_moves=args.max_moves, batch=args.batch, groups=args.groups, progress=False,
+        inference_server=server, model=args.model, backend=args.backend, device=args.device,
+        threads=args.threads,
     )  # fmt: skip
 
 
@@ -100,7 +101,8 @@ def main() -> int:
     ap.add_argument("--a-ms", type=float, default=1.0, help="latency model: ms per call")
     ap.add_argument("--b-ms", type=float, default=0.01, help="latency model: ms per row")
     ap.add_argument("--processes", default="1,2,4", help="search process counts")
-    ap.add_argument("--games", type=int, default=128, help="games per process, all in flight (rows per call)")
+    ap.add_argument("--games", type=int, default=256, help="games per process, all in flight (rows per call)")
+    ap.add_argument("--groups", type=int, default=2, help="leaf batches in flight per process")
     ap.add_argument("--sims", type=int, default=32)
     ap.add_argument("--max-moves", type=int, default=40, help="plies per game (short games keep it quick)")
     ap.add_argument("--batch", type=int, default=256, help="evaluator max batch per process")

@@ -60,7 +60,7 @@ class SelfPlayConfig:
             (self.games >= 1, "--games must be >= 1"),
             (self.parallel >= 1, "--parallel must be >= 1"),
             (self.processes >= 1, "--processes must be >= 1"),
-            (self.groups in (1, 2), "--groups must be 1 or 2"),
+            (1 <= self.groups <= 8, "--groups must be 1..8"),
             (self.sims >= 1, "--sims must be >= 1"),
             (self.considered >= 1, "--considered must be >= 1"),
             (self.c_visit >= 0 and self.c_scale >= 0, "--c-visit and --c-scale must be >= 0"),
