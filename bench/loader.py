@@ -2,7 +2,8 @@
 """Loader throughput: our batch-level memmap loader vs the seed's per-sample Dataset (baseline).
 
 Both read the same generated .data and hcpe files and build the same features with cshogi; the
-baseline is the seed article's design (memmap, per-item __getitem__, default collate).
+baseline is the seed article's design (memmap, per-item __getitem__, default collate). Self-play's
+hcpe3 is read through dlshogi's hcpe3 cache, which the seed cannot read: that row has ours only.
 Usage: python bench/loader.py [--positions N] [--batch-size B] [--samples S] [--workers 0 2]
 """
 
@@ -26,6 +27,7 @@ from engine.core.moves import NUM_MOVE_LABELS, labels_from_move16  # noqa: E402
 from engine.records.formats import DATA, HCPE  # noqa: E402
 from train import synthetic  # noqa: E402
 from train.dataset import BatchDataset, EpochBatches, make_loader, open_corpus  # noqa: E402
+from train.hcpe3_cache import build_hcpe3_cache  # noqa: E402
 
 
 class SeedDataset(Dataset):
@@ -84,13 +86,20 @@ def main() -> None:
         files = {"data": Path(tmp) / "a.data", "hcpe": Path(tmp) / "a.hcpe"}
         synthetic.write_data(files["data"], args.positions, seed=0)
         synthetic.write_hcpe(files["hcpe"], args.positions, seed=1)
+        games = Path(tmp) / "a.hcpe3"
+        cache = Path(tmp) / "a.hcpe3cache"
+        synthetic.write_hcpe3(games, max(1, args.positions // 60), seed=2)
+        build_hcpe3_cache(games, cache)
         print(f"{args.positions} positions per file, batch {args.batch_size}, {args.samples} timed samples")
         print(f"{'format':6} {'workers':>7} {'ours pos/s':>12} {'seed pos/s':>12} {'speed-up':>9}")
-        for kind, path in files.items():
-            corpus = open_corpus([(kind, path)], [], 57)
+        for kind, path in [*files.items(), ("hcpe3", cache)]:
+            corpus = open_corpus([], [path], 57) if kind == "hcpe3" else open_corpus([(kind, path)], [], 57)
             for w in args.workers:
                 sampler = EpochBatches(len(corpus), args.batch_size, seed=0)
                 ours = rate(make_loader(BatchDataset(corpus), sampler, w, False), args.samples)
+                if kind == "hcpe3":
+                    print(f"{kind:6} {w:>7} {ours:>12.0f} {'n/a':>12} {'':>9}")
+                    continue
                 seed_loader = DataLoader(
                     SeedDataset(path, kind), batch_size=args.batch_size, shuffle=True, num_workers=w
                 )
