@@ -22,7 +22,7 @@ from engine.backends.choose import create_evaluator  # noqa: E402
 from engine.backends.evaluator import Evaluator  # noqa: E402
 from engine.core.features import FEATURES2_NUM  # noqa: E402
 from engine.search.gumbel_tree import warm_up  # noqa: E402
-from engine.search.puct import SearchControl, SearchParams  # noqa: E402
+from engine.search.puct import PuctParams, SearchControl  # noqa: E402
 from engine.search.puct_tree import FastSearch  # noqa: E402
 from engine.selfplay.config import SelfPlayConfig  # noqa: E402
 from engine.selfplay.processes import run_selfplay  # noqa: E402
@@ -65,7 +65,7 @@ def main() -> int:
     ev = create_evaluator(args.model, backend=args.backend, max_batch=256, log=lambda _: None)
     sp_rows, sp_batch = selfplay_rate(ev, args.games, args.sims, args.max_moves)
     sp_forward = forward_rate(ev, round(sp_batch), args.seconds)
-    puct = playout_rates(FastSearch, SearchParams, SearchControl, ev, args.batch, args.playouts)
+    puct = playout_rates(FastSearch, PuctParams, SearchControl, ev, args.batch, args.playouts)
     puct_forward = forward_rate(ev, args.batch, args.seconds)
     print(f"{ev.name}; self-play {args.games} games x {args.sims} sims; PUCT batch {args.batch}")
     print(f"{'measure':34} {'search':>9} {'forward':>9} {'share':>6}")

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cshogi  # noqa: E402
 
 from engine.backends.choose import create_evaluator  # noqa: E402
-from engine.search.puct import Search, SearchControl, SearchParams  # noqa: E402
+from engine.search.puct import PuctParams, Search, SearchControl  # noqa: E402
 
 POSITIONS = {
     "startpos": (cshogi.STARTING_SFEN, []),
@@ -26,7 +26,7 @@ def measure(backend: str, model: str | None, batch: int, seconds: float) -> dict
     ev.evaluate(batch)
     out = {}
     for name, (sfen, moves) in POSITIONS.items():
-        search = Search(ev, SearchParams(), batch_size=batch)
+        search = Search(ev, PuctParams(), batch_size=batch)
         search.set_position(sfen, moves)
         search.evaluate_root()  # the first call may be slow (allocation); keep it out of the timing
         control = SearchControl()

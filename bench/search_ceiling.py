@@ -92,7 +92,8 @@ def playout_rates(search_type, params_type, control_type, ev, batch: int, playou
 
 def puct_figures(playouts: int, batch: int) -> dict[str, float]:
     puct = _module("engine.search.puct", "engine.puct")
-    Search, SearchControl, SearchParams = puct.Search, puct.SearchControl, puct.SearchParams
+    Search, SearchControl = puct.Search, puct.SearchControl
+    SearchParams = getattr(puct, "PuctParams", None) or puct.SearchParams  # the reference's name
 
     if _ours():
         from engine.search.puct_tree import FastSearch as Search

@@ -27,7 +27,7 @@ from engine.backends.evaluator import Evaluator  # noqa: E402
 from engine.core.network import build, preset, save_checkpoint  # noqa: E402
 from engine.core.rules import terminal  # noqa: E402
 from engine.search import gumbel  # noqa: E402
-from engine.search.gumbel_search import EvalCache, GumbelSearch, LeafBatch, SearchParams  # noqa: E402
+from engine.search.gumbel_search import EvalCache, GumbelParams, GumbelSearch, LeafBatch  # noqa: E402
 from engine.selfplay.config import SelfPlayConfig  # noqa: E402
 from engine.selfplay.processes import run_selfplay  # noqa: E402
 
@@ -43,7 +43,7 @@ class SequentialSearch(GumbelSearch):
         return [gumbel.select_root(gumbel_noise, root.logits, sig, root.N, considered, seq[k])]
 
 
-def baseline(evaluator: Evaluator, params: SearchParams, seconds: float, seed: int) -> tuple[int, float]:
+def baseline(evaluator: Evaluator, params: GumbelParams, seconds: float, seed: int) -> tuple[int, float]:
     """Seed-style self-play for about `seconds`: returns (positions, elapsed)."""
     rng = np.random.default_rng(seed)
     batch = LeafBatch(1, evaluator.input2)
@@ -86,7 +86,7 @@ def main() -> int:
         model = tmp / f"{name}.pt"
         save_checkpoint(model, build(preset(name), seed=0))
         ev = create_evaluator(model, a.backend, max_batch=max(256, a.parallel), device=a.device)
-        params = SearchParams(sims=a.sims, max_moves=a.max_moves)
+        params = GumbelParams(sims=a.sims, max_moves=a.max_moves)
         n, secs = baseline(ev, params, a.baseline_seconds, seed=0)
         base = n / secs
         print(f"{name:6s} baseline (1 game, batch 1/sim, no cache) {base:8.1f} pos/s  ({n} pos, {secs:.1f}s)")

@@ -11,7 +11,7 @@ from engine.backends.torch_evaluator import TorchEvaluator
 from engine.core.network import build, preset
 from engine.records.hcpe3_games import iter_hcpe3_games
 from engine.search.eval_cache import EvalCache
-from engine.search.gumbel_search import GumbelSearch, ReferenceGroup, SearchParams, search_position
+from engine.search.gumbel_search import GumbelParams, GumbelSearch, ReferenceGroup, search_position
 from engine.search.gumbel_tree import TreeSearch
 from engine.selfplay.config import SelfPlayConfig
 from engine.selfplay.processes import run_selfplay
@@ -39,7 +39,7 @@ def _assert_same(ref, fast):
 
 @pytest.mark.parametrize(("sims", "considered"), [(8, 4), (32, 16)])
 def test_fast_search_agrees_with_reference(evaluator, positions, sims, considered):
-    params = SearchParams(sims=sims, considered=considered, max_moves=200)
+    params = GumbelParams(sims=sims, considered=considered, max_moves=200)
     searched = 0
     for i, board in enumerate(positions[:16]):
         if board.is_game_over():
@@ -59,7 +59,7 @@ def test_agrees_with_flat_priors_and_exact_leaves():
     boards = [cshogi.Board(), cshogi.Board("4k4/9/4P4/9/9/9/9/9/4K4 b G2r2b3g4s4n4l17p 1")]
     for board in boards:
         for max_moves in (None, board.move_number + 1):
-            params = SearchParams(sims=32, considered=16, max_moves=max_moves, draw_value=0.3)
+            params = GumbelParams(sims=32, considered=16, max_moves=max_moves, draw_value=0.3)
             _assert_same(*_both(board, ev, params, seed=5))
 
 
@@ -67,7 +67,7 @@ def test_edge_arrays_grow_for_positions_with_many_moves(evaluator):
     """A position with hundreds of legal moves (drops) outgrows the initial 128 edges a node."""
     board = cshogi.Board("8k/9/9/9/9/9/9/9/K8 b RBGSNLP2r2b3g3s3n3l17p 1")
     assert len(list(board.legal_moves)) > 2 * 128
-    _assert_same(*_both(board, evaluator, SearchParams(sims=4, considered=2), seed=1))
+    _assert_same(*_both(board, evaluator, GumbelParams(sims=4, considered=2), seed=1))
 
 
 def test_selfplay_writes_the_same_games_as_the_reference(evaluator, tmp_path, monkeypatch):

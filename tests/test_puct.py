@@ -4,9 +4,8 @@ import pytest
 
 from engine.backends.torch_evaluator import TorchEvaluator
 from engine.core.network import build, preset
-from engine.search.gumbel_search import SearchParams as GumbelParams
-from engine.search.gumbel_search import search_position
-from engine.search.puct import Node, Search, SearchControl, SearchParams, policy_move, puct_select
+from engine.search.gumbel_search import GumbelParams, search_position
+from engine.search.puct import PuctNode, PuctParams, Search, SearchControl, policy_move, puct_select
 from engine.search.puct_tree import FastSearch
 
 MATE_IN_1 = "4k4/9/4P4/9/9/9/9/9/4K4 b G2r2b3g4s4n4l17p 1"
@@ -27,7 +26,7 @@ both_trees = pytest.mark.parametrize("search_type", [Search, FastSearch])  # ref
 
 @both_trees
 def test_search_respects_playouts_and_returns_legal_move(evaluator, search_type):
-    s = search_type(evaluator, SearchParams(), batch_size=8)
+    s = search_type(evaluator, PuctParams(), batch_size=8)
     s.set_position(cshogi.STARTING_SFEN, [])
     r = s.run(SearchControl(max_playouts=40))
     assert 40 <= r.playouts < 40 + 8 + 1  # whole batches, one batch of overshoot at most
@@ -40,7 +39,7 @@ def test_search_respects_playouts_and_returns_legal_move(evaluator, search_type)
 
 @both_trees
 def test_tree_finds_mate_in_one_with_exact_values(evaluator, search_type):
-    s = search_type(evaluator, SearchParams(), batch_size=4)
+    s = search_type(evaluator, PuctParams(), batch_size=4)
     s.set_position(MATE_IN_1, [])
     r = s.run(SearchControl(max_playouts=200))
     assert cshogi.move_to_usi(r.bestmove) == "G*5b"
@@ -49,7 +48,7 @@ def test_tree_finds_mate_in_one_with_exact_values(evaluator, search_type):
 
 @both_trees
 def test_subtree_is_reused_for_a_descendant(evaluator, search_type):
-    s = search_type(evaluator, SearchParams(), batch_size=8)
+    s = search_type(evaluator, PuctParams(), batch_size=8)
     s.set_position(cshogi.STARTING_SFEN, [])
     r = s.run(SearchControl(max_playouts=64))
     reply = r.pv[1] if len(r.pv) > 1 else None
@@ -78,7 +77,7 @@ def test_repetition_before_the_root_counts(evaluator, search_type):
         m = board.move_from_usi(u)
         board.push(m)
         moves.append(m)
-    s = search_type(evaluator, SearchParams(draw_value_black=0.0, draw_value_white=0.0), batch_size=4)
+    s = search_type(evaluator, PuctParams(draw_value_black=0.0, draw_value_white=0.0), batch_size=4)
     s.set_position(cshogi.STARTING_SFEN, moves[:-1])  # one ply before the 4th occurrence
     r = s.run(SearchControl(max_playouts=300))
     # with a draw worth 0 to us, the repeating king move (back to 5a) must not be preferred
@@ -90,7 +89,7 @@ def test_gumbel_mode_is_the_selfplay_search(evaluator, sfen):
     """Search_Mode gumbel (with its noise on) plays self-play's move and computes its policy target
     for the same seed and budget; self-play's side here is the readable reference implementation."""
     for seed in range(3):
-        s = Search(evaluator, SearchParams(mode="gumbel", gumbel_noise=True), batch_size=4)
+        s = Search(evaluator, PuctParams(mode="gumbel", gumbel_noise=True), batch_size=4)
         s.set_position(sfen, [])
         r = s.run(SearchControl(max_playouts=32), rng=np.random.default_rng(seed))
         ref = search_position(
@@ -103,7 +102,7 @@ def test_gumbel_mode_is_the_selfplay_search(evaluator, sfen):
 
 def test_gumbel_noise_is_off_in_play_unless_asked(evaluator):
     def search(seed, noise):
-        s = Search(evaluator, SearchParams(mode="gumbel", gumbel_noise=noise), batch_size=4)
+        s = Search(evaluator, PuctParams(mode="gumbel", gumbel_noise=noise), batch_size=4)
         s.set_position(MIDDLE_GAME, [])
         s.run(SearchControl(max_playouts=16), rng=np.random.default_rng(seed))
         return s.gumbel_result
@@ -115,7 +114,7 @@ def test_gumbel_noise_is_off_in_play_unless_asked(evaluator):
 
 
 def test_gumbel_mode_stops_at_the_hard_deadline(evaluator):
-    s = Search(evaluator, SearchParams(mode="gumbel"), batch_size=4)
+    s = Search(evaluator, PuctParams(mode="gumbel"), batch_size=4)
     s.set_position(cshogi.STARTING_SFEN, [])
     control = SearchControl(max_playouts=100_000)
     control.hard = control.start  # already past: the first round ends the search
@@ -124,11 +123,11 @@ def test_gumbel_mode_stops_at_the_hard_deadline(evaluator):
 
 
 def test_cache_is_bounded_and_shared_by_both_modes(evaluator):
-    s = Search(evaluator, SearchParams(cache_size=50), batch_size=8)
+    s = Search(evaluator, PuctParams(cache_size=50), batch_size=8)
     s.set_position(cshogi.STARTING_SFEN, [])
     s.run(SearchControl(max_playouts=400))
     assert len(s.cache) == 50 and s.cache.misses > 50  # full, never past its bound
-    s = Search(evaluator, SearchParams(), batch_size=8)
+    s = Search(evaluator, PuctParams(), batch_size=8)
     s.set_position(cshogi.STARTING_SFEN, [])
     s.run(SearchControl(max_playouts=100))
     s.params.mode = "gumbel"
@@ -137,7 +136,7 @@ def test_cache_is_bounded_and_shared_by_both_modes(evaluator):
 
 
 def test_puct_select_prefers_prior_then_value():
-    node = Node()
+    node = PuctNode()
     node.expand(np.array([1, 2, 3]), np.log(np.array([0.1, 0.8, 0.1])), 0.5, 1.0)
     assert puct_select(node, 1.44, 28288, 0.27) == 1
     node.child_n[:] = [10, 10, 10]

@@ -8,7 +8,7 @@ import pytest
 import engine.search.puct_tree
 from engine.backends.torch_evaluator import TorchEvaluator
 from engine.core.network import build, preset
-from engine.search.puct import Search, SearchControl, SearchParams
+from engine.search.puct import PuctParams, Search, SearchControl
 from engine.search.puct_tree import FastSearch
 
 MATE_IN_1 = "4k4/9/4P4/9/9/9/9/9/4K4 b G2r2b3g4s4n4l17p 1"
@@ -20,7 +20,7 @@ def evaluator():
 
 
 def _search(search_type, evaluator, sfen, moves, playouts, batch, params=None):
-    s = search_type(evaluator, params or SearchParams(), batch_size=batch)
+    s = search_type(evaluator, params or PuctParams(), batch_size=batch)
     s.set_position(sfen, moves)
     r = s.run(SearchControl(max_playouts=playouts))
     return s, r
@@ -49,7 +49,7 @@ def test_same_visits_as_the_reference(evaluator, positions, batch):
 
 
 def test_same_with_exact_leaves_draw_values_and_a_move_limit(evaluator):
-    params = SearchParams(draw_value_black=0.2, draw_value_white=0.7, max_moves=6)
+    params = PuctParams(draw_value_black=0.2, draw_value_white=0.7, max_moves=6)
     for sfen in (MATE_IN_1, cshogi.STARTING_SFEN):
         _assert_same_tree(*(_search(t, evaluator, sfen, [], 200, 4, params) for t in (Search, FastSearch)))
 

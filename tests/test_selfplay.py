@@ -17,7 +17,7 @@ from engine.core.moves import NUM_MOVE_LABELS, labels_from_move16
 from engine.core.network import build, preset, save_checkpoint
 from engine.core.rules import RESULT_MASK, terminal
 from engine.records.hcpe3_games import iter_hcpe3_games
-from engine.search.gumbel_search import GumbelSearch, SearchParams, search_position
+from engine.search.gumbel_search import GumbelParams, GumbelSearch, search_position
 from engine.search.gumbel_tree import TreeSearch
 from engine.selfplay.config import SelfPlayConfig
 from engine.selfplay.game import sample_move
@@ -37,7 +37,7 @@ def test_mate_in_one_target_concentrates_on_mating_move(evaluator, search_type):
     board = cshogi.Board("4k4/9/4P4/9/9/9/9/9/4K4 b G 1")
     mate = board.mate_move_in_1ply()
     n_legal = len(list(board.legal_moves))
-    params = SearchParams(sims=2 * n_legal, considered=n_legal)
+    params = GumbelParams(sims=2 * n_legal, considered=n_legal)
     result = search_position(board, evaluator, params, np.random.default_rng(0), search_type=search_type)
     i = result.moves.index(mate)
     assert result.policy[i] > 0.99
@@ -52,7 +52,7 @@ def test_forced_move_needs_no_search(evaluator, search_type):
     moves = list(board.legal_moves)
     assert len(moves) == 1
     result = search_position(
-        board, evaluator, SearchParams(sims=8), np.random.default_rng(0), search_type=search_type
+        board, evaluator, GumbelParams(sims=8), np.random.default_rng(0), search_type=search_type
     )
     assert result.moves == moves and result.policy.tolist() == [1.0]
 

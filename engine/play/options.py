@@ -7,7 +7,7 @@ from typing import Any
 
 from engine.backends.choose import BACKENDS, default_model_path
 from engine.search.mate import MAX_DEPTH
-from engine.search.puct import SEARCH_MODES, SearchParams
+from engine.search.puct import SEARCH_MODES, PuctParams
 
 ENGINE_NAME = "GumbelShogi"
 ENGINE_AUTHOR = "gumbel-shogi developers"
@@ -98,10 +98,10 @@ def default_options() -> list[Option]:
     ]
 
 
-def search_params(values: dict[str, Any]) -> SearchParams:
+def search_params(values: dict[str, Any]) -> PuctParams:
     """The search constants the options set, in real units (the options hold percent and permille)."""
     v = values
-    return SearchParams(
+    return PuctParams(
         c_init=v["C_init"] / 100,
         c_base=float(v["C_base"]),
         c_fpu_reduction=v["C_fpu_reduction"] / 100,

@@ -47,7 +47,7 @@ from engine.play.deadlines import MateClock, TimedEvaluator
 from engine.play.go import GoCommand, parse_go, time_budget
 from engine.play.options import ENGINE_AUTHOR, ENGINE_NAME, default_options, search_params
 from engine.search.mate import MAX_DEPTH, MateResult, MateSearcher, mated_in_two
-from engine.search.puct import Search, SearchControl, SearchResult, policy_move
+from engine.search.puct import PuctResult, Search, SearchControl, policy_move
 
 # ----- the engine -----
 
@@ -421,11 +421,11 @@ class UsiEngine:
             line += f" ponder {cshogi.move_to_usi(ponder)}"
         return line
 
-    def _send_info(self, r: SearchResult) -> None:
+    def _send_info(self, r: PuctResult) -> None:
         self.send(format_info(r, self.values["UCT_NodeLimit"]))
 
 
-def format_info(r: SearchResult, node_limit: int) -> str:
+def format_info(r: PuctResult, node_limit: int) -> str:
     ms = int(r.elapsed * 1000)
     nps = int(r.playouts / r.elapsed) if r.elapsed > 0 else 0
     score = f"mate {r.mate_plies}" if r.mate_plies else f"cp {value_to_eval(r.value)}"

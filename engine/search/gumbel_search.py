@@ -34,7 +34,7 @@ from engine.search.eval_cache import EvalCache
 
 
 @dataclass(frozen=True)
-class SearchParams:
+class GumbelParams:
     sims: int = 32
     considered: int = 16
     c_visit: float = gumbel.C_VISIT
@@ -73,12 +73,13 @@ class LeafBatch:
         self.n = 0
 
 
-class Node:
+class GumbelNode:
     """A position in the tree. `exact` is set for positions the rules (or a mate in one) decide;
-    otherwise the legal moves carry prior logits and per-action visits N and value sums W (from this
-    node's side to move)."""
+    otherwise the legal moves carry prior logits and per-action visits child_n and value sums child_w
+    (from this node's side to move), as engine.search.puct.PuctNode."""
 
-    __slots__ = ("key", "moves", "labels", "logits", "probs", "v", "exact", "children", "N", "W", "row")
+    __slots__ = ("key", "moves", "labels", "logits", "priors", "value", "exact", "children", "child_n",
+                 "child_w", "row")  # fmt: skip
 
     def __init__(self, key: int) -> None:
         self.key = key
@@ -89,29 +90,29 @@ class Node:
     def expand(self, board: cshogi.Board) -> None:
         self.moves = list(board.legal_moves)
         self.labels = labels_from_move16(np.array(self.moves, dtype=np.int64), board.turn)
-        self.children: list[Node | None] = [None] * len(self.moves)
-        self.N = np.zeros(len(self.moves), dtype=np.int64)
-        self.W = np.zeros(len(self.moves), dtype=np.float64)
+        self.children: list[GumbelNode | None] = [None] * len(self.moves)
+        self.child_n = np.zeros(len(self.moves), dtype=np.int64)
+        self.child_w = np.zeros(len(self.moves), dtype=np.float64)
 
     def set_prior(self, logits: np.ndarray, value: float) -> None:
         self.logits = logits.astype(np.float64)
-        self.probs = gumbel.softmax(self.logits)
-        self.v = value
+        self.priors = gumbel.softmax(self.logits)
+        self.value = value
 
     def q(self) -> np.ndarray:
-        return self.W / np.maximum(self.N, 1)
+        return self.child_w / np.maximum(self.child_n, 1)
 
     def q_hat(self) -> np.ndarray:
         """Completed Q, min-max rescaled: the input of sigma for both root and interior choices."""
-        return gumbel.rescale_q(gumbel.completed_q(self.q(), self.N, self.probs, self.v))
+        return gumbel.rescale_q(gumbel.completed_q(self.q(), self.child_n, self.priors, self.value))
 
     def mean_value(self) -> float:
         """mctx's node value: the network value averaged with every simulation through the node."""
-        return (self.v + float(self.W.sum())) / (1.0 + float(self.N.sum()))
+        return (self.value + float(self.child_w.sum())) / (1.0 + float(self.child_n.sum()))
 
 
 @dataclass
-class SearchResult:
+class GumbelResult:
     """A finished search: legal moves, the improved policy over them, the chosen index, root value."""
 
     moves: list[int]
@@ -123,21 +124,21 @@ class SearchResult:
     simulations: int = 0  # visits the root's actions received
 
 
-Pending = tuple[list[tuple[Node, int]], Node]
+Pending = tuple[list[tuple[GumbelNode, int]], GumbelNode]
 
 
-def _backup(path: list[tuple[Node, int]], value: float) -> None:
+def _backup(path: list[tuple[GumbelNode, int]], value: float) -> None:
     """Add a leaf value (leaf's side to move) to every action on the path, each from its mover's view."""
     for node, a in reversed(path):
         value = 1.0 - value
-        node.N[a] += 1
-        node.W[a] += value
+        node.child_n[a] += 1
+        node.child_w[a] += value
 
 
 class GumbelSearch:
     """Gumbel AlphaZero search over one board, sharing a cache and a leaf batch with other searches."""
 
-    def __init__(self, params: SearchParams, cache: EvalCache, batch: LeafBatch) -> None:
+    def __init__(self, params: GumbelParams, cache: EvalCache, batch: LeafBatch) -> None:
         self.params = params
         self.cache = cache
         self.batch = batch
@@ -145,11 +146,11 @@ class GumbelSearch:
     def _draw_value(self, turn: int, root_turn: int) -> float:
         return self.params.draw_value if turn == root_turn else 1.0 - self.params.draw_value
 
-    def _sigma(self, node: Node, q_hat: np.ndarray) -> np.ndarray:
-        return gumbel.sigma(q_hat, int(node.N.max()), self.params.c_visit, self.params.c_scale)
+    def _sigma(self, node: GumbelNode, q_hat: np.ndarray) -> np.ndarray:
+        return gumbel.sigma(q_hat, int(node.child_n.max()), self.params.c_visit, self.params.c_scale)
 
-    def _new_node(self, board: cshogi.Board, root_turn: int, root: bool = False) -> Node:
-        node = Node(board.zobrist_hash())
+    def _new_node(self, board: cshogi.Board, root_turn: int, root: bool = False) -> GumbelNode:
+        node = GumbelNode(board.zobrist_hash())
         if not root:
             end = terminal(board, self.params.max_moves)
             if end is not None:
@@ -176,14 +177,14 @@ class GumbelSearch:
                 self.cache.put(leaf.key, np.array(leaf.moves, dtype=np.int32), logits, v)
                 leaf.set_prior(logits, v)
             if path:
-                _backup(path, leaf.v)
+                _backup(path, leaf.value)
 
-    def _interior_action(self, node: Node) -> int:
-        if not node.N.any():  # every q-hat is 0, so the choice is the prior's argmax (as mctx's formula)
+    def _interior_action(self, node: GumbelNode) -> int:
+        if not node.child_n.any():  # every q-hat is 0: the choice is the prior's argmax (mctx's formula)
             return int(np.argmax(node.logits))
-        return gumbel.select_interior(node.logits, self._sigma(node, node.q_hat()), node.N)
+        return gumbel.select_interior(node.logits, self._sigma(node, node.q_hat()), node.child_n)
 
-    def _simulate(self, board: cshogi.Board, root: Node, action: int) -> Pending | None:
+    def _simulate(self, board: cshogi.Board, root: GumbelNode, action: int) -> Pending | None:
         """Descend from the root through `action`; back up at once unless the leaf needs the network."""
         path = [(root, action)]
         root_turn = board.turn
@@ -204,28 +205,30 @@ class GumbelSearch:
             _backup(path, node.exact)
             return None
         if node.logits is not None:
-            _backup(path, node.v)
+            _backup(path, node.value)
             return None
         return path, node
 
-    def _round(self, root: Node, seq: list[int], k: int, gumbel_noise: np.ndarray, considered: np.ndarray):
+    def _round(
+        self, root: GumbelNode, seq: list[int], k: int, gumbel_noise: np.ndarray, considered: np.ndarray
+    ):
         """The root actions of the next simulations that can run together (see the module docstring)."""
         target = seq[k]
         run = 1
         while k + run < len(seq) and seq[k + run] == target:
             run += 1
-        eligible = np.flatnonzero(considered & (root.N == target))
+        eligible = np.flatnonzero(considered & (root.child_n == target))
         if target == 0:  # unvisited actions share one completed Q, so they go in g + logits order
             order = np.argsort(-(gumbel_noise[eligible] + root.logits[eligible]), kind="stable")
             return eligible[order[:run]].tolist()
         if len(eligible) == run:
             return eligible.tolist()
         sig = self._sigma(root, root.q_hat())
-        return [gumbel.select_root(gumbel_noise, root.logits, sig, root.N, considered, target)]
+        return [gumbel.select_root(gumbel_noise, root.logits, sig, root.child_n, considered, target)]
 
     def run(
         self, board: cshogi.Board, rng: np.random.Generator, stop: Callable[[], bool] | None = None
-    ) -> Generator[None, None, SearchResult]:
+    ) -> Generator[None, None, GumbelResult]:
         """Search `board` (not a finished position); yields whenever the leaf batch must be evaluated.
         `stop` (checked between rounds) ends the search early: the move then comes from the visits
         so far, as sequential halving would pick it."""
@@ -235,7 +238,7 @@ class GumbelSearch:
             self._resolve([([], root)])
         n_legal = len(root.moves)
         if n_legal == 1:  # a forced move: the target is 1 whatever the search finds, so skip it
-            return SearchResult(root.moves, root.labels, np.ones(1), 0, root.v)
+            return GumbelResult(root.moves, root.labels, np.ones(1), 0, root.value)
         m = min(self.params.considered, n_legal)
         g = rng.gumbel(size=n_legal) if self.params.noise else np.zeros(n_legal)
         considered = gumbel.top_k_considered(g, root.logits, m)
@@ -249,26 +252,26 @@ class GumbelSearch:
                 self._resolve(pending)
             k += len(actions)
         q_hat = root.q_hat()
-        max_n = int(root.N.max())
-        choice = gumbel.final_move(g, root.logits, self._sigma(root, q_hat), root.N, considered)
+        max_n = int(root.child_n.max())
+        choice = gumbel.final_move(g, root.logits, self._sigma(root, q_hat), root.child_n, considered)
         policy = gumbel.improved_policy(root.logits, q_hat, max_n, self.params.c_visit, self.params.c_scale)
-        return SearchResult(root.moves, root.labels, policy, choice, root.mean_value())
+        return GumbelResult(root.moves, root.labels, policy, choice, root.mean_value())
 
 
 class ReferenceGroup:
     """gumbel_tree.SearchGroup's interface over one `run` generator per game of this reference: the
     self-play that tests hold the fast group to (each generator resolves its leaves when resumed)."""
 
-    def __init__(self, params: SearchParams, cache: EvalCache, batch: LeafBatch, trees: int) -> None:
+    def __init__(self, params: GumbelParams, cache: EvalCache, batch: LeafBatch, trees: int) -> None:
         self.search = GumbelSearch(params, cache, batch)
-        self.runs: list[Generator[None, None, SearchResult] | None] = [None] * trees
-        self.results: dict[int, SearchResult] = {}
+        self.runs: list[Generator[None, None, GumbelResult] | None] = [None] * trees
+        self.results: dict[int, GumbelResult] = {}
 
-    def start(self, t: int, board: cshogi.Board, rng: np.random.Generator) -> SearchResult | None:
+    def start(self, t: int, board: cshogi.Board, rng: np.random.Generator) -> GumbelResult | None:
         self.runs[t] = self.search.run(board, rng)
         return self._resume(t)
 
-    def _resume(self, t: int) -> SearchResult | None:
+    def _resume(self, t: int) -> GumbelResult | None:
         try:
             next(self.runs[t])
             return None
@@ -281,7 +284,7 @@ class ReferenceGroup:
             if run is not None and (result := self._resume(t)) is not None:
                 self.results[t] = result
 
-    def ended(self, stop: bool = False) -> list[tuple[int, SearchResult]]:
+    def ended(self, stop: bool = False) -> list[tuple[int, GumbelResult]]:
         out = sorted(self.results.items())
         self.results.clear()
         return out
@@ -293,12 +296,12 @@ class ReferenceGroup:
 def search_position(
     board: cshogi.Board,
     evaluator: Evaluator,
-    params: SearchParams,
+    params: GumbelParams,
     rng: np.random.Generator,
     cache: EvalCache | None = None,
     search_type: type = GumbelSearch,
     stop: Callable[[], bool] | None = None,
-) -> SearchResult:
+) -> GumbelResult:
     """One search on its own, each leaf batch evaluated as it comes (for tests and single-board
     callers); `search_type` is this reference or engine.search.gumbel_tree.TreeSearch (same interface)."""
     batch = LeafBatch(max(params.considered, 1) + 1, evaluator.input2)

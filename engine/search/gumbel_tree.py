@@ -25,7 +25,7 @@ from engine.core.rules import terminal_and_moves
 from engine.search import gumbel
 from engine.search import tree_kernels as tk
 from engine.search.eval_cache import EvalCache
-from engine.search.gumbel_search import LeafBatch, SearchParams, SearchResult, search_position
+from engine.search.gumbel_search import GumbelParams, GumbelResult, LeafBatch, search_position
 
 _NO_LOGITS = np.empty(0, dtype=np.float32)
 _NO_MOVES = np.empty(0, dtype=np.int32)
@@ -98,7 +98,7 @@ class SearchGroup:
     (while `descend()` reports searches whose round needed no network call, the caller goes round
     again without one: ended, start, descend)."""
 
-    def __init__(self, params: SearchParams, cache: EvalCache, batch: LeafBatch, trees: int) -> None:
+    def __init__(self, params: GumbelParams, cache: EvalCache, batch: LeafBatch, trees: int) -> None:
         self.params = params
         self.cache = cache
         self.batch = batch
@@ -109,7 +109,7 @@ class SearchGroup:
         self.entries: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(trees)]  # waiting (key, moves)
         self._table = label_table()
 
-    def start(self, t: int, board: cshogi.Board, rng: np.random.Generator) -> SearchResult | None:
+    def start(self, t: int, board: cshogi.Board, rng: np.random.Generator) -> GumbelResult | None:
         """Begin searching `board` (not a finished position) in tree t; the result at once if the
         search needs nothing more (a forced move whose position the cache knows)."""
         f = self.forest
@@ -126,7 +126,7 @@ class SearchGroup:
             return None
         return self._begin(t, False)
 
-    def _begin(self, t: int, stop: bool) -> SearchResult | None:
+    def _begin(self, t: int, stop: bool) -> GumbelResult | None:
         """The root is evaluated: draw the Gumbel noise and the considered actions, as the reference
         does; a forced move (or a search stopped at once) ends here."""
         f, p = self.forest, self.params
@@ -134,7 +134,7 @@ class SearchGroup:
         if n_legal == 1:  # a forced move: the target is 1 whatever the search finds, so skip it
             self.state[t] = FREE
             only = int(f.move[t, 0])
-            return SearchResult([only], f.label[t, :1].copy(), np.ones(1), 0, float(f.value[t, 0]), [only])
+            return GumbelResult([only], f.label[t, :1].copy(), np.ones(1), 0, float(f.value[t, 0]), [only])
         m = min(p.considered, n_legal)
         g = self.rngs[t].gumbel(size=n_legal) if p.noise else np.zeros(n_legal)
         f.g[t, :n_legal] = g
@@ -164,7 +164,7 @@ class SearchGroup:
             self.entries[t].clear()
         f.waiting[trees] = 0
 
-    def ended(self, stop: bool = False) -> list[tuple[int, SearchResult]]:
+    def ended(self, stop: bool = False) -> list[tuple[int, GumbelResult]]:
         """(tree, result) of the searches not waiting on the network that are over: their budget is
         spent, or `stop` (the move then comes from the visits so far, as sequential halving would
         pick it). A search whose root was just evaluated begins here (and a forced move ends)."""
@@ -269,7 +269,7 @@ class SearchGroup:
             f.child, f.N, f.W, f.move, f.label, f.logit, f.prob, f.value, f.ready, f.exact, f.paths,
         )  # fmt: skip
 
-    def _finish(self, t: int) -> SearchResult:
+    def _finish(self, t: int) -> GumbelResult:
         """The move and policy target from the root's statistics (tree_kernels.root_result: gumbel's
         improved_policy and final_move in one compiled call)."""
         f, p = self.forest, self.params
@@ -285,7 +285,7 @@ class SearchGroup:
         value = (v + float(W[:n].sum())) / (1.0 + total)
         moves = f.move[t, :n].tolist()
         pv = [moves[choice], *self._most_visited_line(t, int(f.child[t, choice]))]
-        return SearchResult(moves, f.label[t, :n].copy(), policy, choice, value, pv, total)
+        return GumbelResult(moves, f.label[t, :n].copy(), policy, choice, value, pv, total)
 
     def _most_visited_line(self, t: int, node: int, max_len: int = 32) -> list[int]:
         """The moves from `node` on, each the most visited reply (the rest of a principal variation)."""
@@ -306,12 +306,12 @@ class TreeSearch:
     """One Gumbel search at a time over a one-tree SearchGroup, with the reference's interface (the
     USI engine's gumbel mode, single-board callers)."""
 
-    def __init__(self, params: SearchParams, cache: EvalCache, batch: LeafBatch) -> None:
+    def __init__(self, params: GumbelParams, cache: EvalCache, batch: LeafBatch) -> None:
         self.group = SearchGroup(params, cache, batch, 1)
 
     def run(
         self, board: cshogi.Board, rng: np.random.Generator, stop: Callable[[], bool] | None = None
-    ) -> Generator[None, None, SearchResult]:
+    ) -> Generator[None, None, GumbelResult]:
         """Search `board` (not a finished position); yields whenever the leaf batch must be evaluated.
         `stop` (checked between rounds) ends the search early: the move then comes from the visits
         so far, as sequential halving would pick it."""
@@ -348,6 +348,6 @@ def warm_up(input2: int) -> None:
     """Compile (or load from numba's disk cache) every kernel with the types searches use, so the
     first real search does not pay for it; `input2` is the loaded network's, so cshogi's feature
     set is left as it is."""
-    params = SearchParams(sims=8, considered=4)
+    params = GumbelParams(sims=8, considered=4)
     search_position(cshogi.Board(), UniformEvaluator(8, input2), params, np.random.default_rng(0),
                     search_type=TreeSearch)  # fmt: skip

@@ -7,7 +7,7 @@ cache keyed by the position hash. Terminal positions (mate, repetition, nyugyoku
 1-ply mates get exact values instead of the network's. The tree is walked by pushing and popping
 moves on one cshogi Board that holds the game's history, so repetitions before the root count.
 
-Values are win probabilities. `Node.w` and `child_w` are sums from the point of view of the side to
+Values are win probabilities. `PuctNode.w` and `child_w` are sums from the point of view of the side to
 move at that node (q(a) = the mover's expected result after playing a), as in dlshogi.
 
 This readable version is the reference: engine.search.puct_tree.FastSearch (flat arrays, numba) inherits its
@@ -31,15 +31,13 @@ from engine.core.moves import legal_moves_and_labels
 from engine.core.rules import terminal
 from engine.search import gumbel
 from engine.search.eval_cache import EvalCache
-from engine.search.gumbel_search import SearchParams as GumbelParams
-from engine.search.gumbel_search import SearchResult as GumbelResult
-from engine.search.gumbel_search import search_position
+from engine.search.gumbel_search import GumbelParams, GumbelResult, search_position
 
 SEARCH_MODES = ("puct", "gumbel", "policy")
 
 
 @dataclass
-class SearchParams:
+class PuctParams:
     """dlshogi's constants (option values divided into real units by the USI layer)."""
 
     c_init: float = 1.44
@@ -62,7 +60,7 @@ class SearchParams:
     gumbel_noise: bool = False  # in play the root's Gumbel noise is off unless asked for
 
 
-class Node:
+class PuctNode:
     """A position in the tree; children are created on first visit."""
 
     __slots__ = ("moves", "priors", "child_n", "child_w", "children", "n", "w", "value", "terminal",
@@ -73,7 +71,7 @@ class Node:
         self.priors: np.ndarray | None = None
         self.child_n: np.ndarray | None = None
         self.child_w: np.ndarray | None = None
-        self.children: list[Node | None] = []
+        self.children: list[PuctNode | None] = []
         self.n = 0  # visits through this node to its children (virtual losses included)
         self.w = 0.0
         self.value = 0.5  # the network's (or exact) value for the side to move here
@@ -100,7 +98,7 @@ def can_stop_early(best_visits: int, second_visits: int, remaining_playouts: flo
     return best_visits - second_visits > remaining_playouts
 
 
-def puct_select(node: Node, c_init: float, c_base: float, c_fpu_reduction: float) -> int:
+def puct_select(node: PuctNode, c_init: float, c_base: float, c_fpu_reduction: float) -> int:
     """dlshogi's PUCT: q + c(N) * P * sqrt(N) / (1 + n), unvisited children at the parent's value less
     an FPU reduction that grows with the prior mass already visited."""
     n = node.n
@@ -130,7 +128,7 @@ class SearchControl:
 
 
 @dataclass
-class SearchResult:
+class PuctResult:
     bestmove: int | None  # None: no legal move
     ponder: int | None
     value: float  # for the side to move at the root
@@ -146,15 +144,13 @@ class SearchResult:
 class Search:
     """One search tree, kept between moves so a descendant position reuses its subtree."""
 
-    def __init__(
-        self, evaluator: Evaluator, params: SearchParams | None = None, batch_size: int | None = None
-    ):
+    def __init__(self, evaluator: Evaluator, params: PuctParams | None = None, batch_size: int | None = None):
         self.ev = evaluator
-        self.params = params or SearchParams()
+        self.params = params or PuctParams()
         self.batch_size = min(batch_size or evaluator.max_batch, evaluator.max_batch)
         self.board = cshogi.Board()
         self.cache = EvalCache(self.params.cache_size)
-        self.root: Node | None = None
+        self.root: PuctNode | None = None
         self.root_key: tuple[str, tuple[int, ...]] | None = None
         self.nodes = 0
         self.seldepth = 0
@@ -182,7 +178,7 @@ class Search:
         extra = key[1][len(prev) :]
         if key[1][: len(prev)] != prev or len(extra) > max_reuse_plies:
             return
-        node: Node | None = old
+        node: PuctNode | None = old
         for m in extra:
             if node is None or node.moves is None or node.pending:
                 return
@@ -217,7 +213,7 @@ class Search:
             return 1.0, False
         return None
 
-    def _exact(self, node: Node, parent: Node | None, idx: int) -> bool:
+    def _exact(self, node: PuctNode, parent: PuctNode | None, idx: int) -> bool:
         """Decide `node` (the board is at it) without the network if the game ends here."""
         exact = self._exact_value()
         if exact is None:
@@ -227,17 +223,17 @@ class Search:
             parent.win_idx = idx  # a move that wins the game outright: always play it
         return True
 
-    def _from_cache(self, node: Node) -> bool:
+    def _from_cache(self, node: PuctNode) -> bool:
         hit = self.cache.get(self.board.zobrist_hash())
         if hit is None:
             return False
         node.expand(hit.moves, hit.logits.astype(np.float64), hit.value, self.params.softmax_temperature)
         return True
 
-    def evaluate_root(self) -> Node:
+    def evaluate_root(self) -> PuctNode:
         """Make sure the root exists and is expanded (the board is at the root)."""
         if self.root is None:
-            self.root = Node()
+            self.root = PuctNode()
             self.nodes = 1
         root = self.root
         if root.moves is None:
@@ -253,7 +249,7 @@ class Search:
     # ----- the search -----
 
     @staticmethod
-    def _backup(path: list[tuple[Node, int]], value: float) -> None:
+    def _backup(path: list[tuple[PuctNode, int]], value: float) -> None:
         """`value` is for the side to move at the leaf; each parent sees its complement."""
         for node, idx in reversed(path):
             value = 1.0 - value
@@ -261,12 +257,14 @@ class Search:
             node.w += value
 
     @staticmethod
-    def _undo_virtual_loss(path: list[tuple[Node, int]]) -> None:
+    def _undo_virtual_loss(path: list[tuple[PuctNode, int]]) -> None:
         for node, idx in path:
             node.child_n[idx] -= 1
             node.n -= 1
 
-    def _collect(self) -> tuple[list[tuple[list[tuple[Node, int]], Node, int, np.ndarray, np.ndarray]], int]:
+    def _collect(
+        self,
+    ) -> tuple[list[tuple[list[tuple[PuctNode, int]], PuctNode, int, np.ndarray, np.ndarray]], int]:
         """Walk `batch_size` playouts; returns leaves queued for the network and playouts completed."""
         board, p = self.board, self.params
         root = self.root
@@ -276,7 +274,7 @@ class Search:
         for _ in range(self.batch_size):
             if self.nodes >= p.node_limit:
                 break
-            path: list[tuple[Node, int]] = []
+            path: list[tuple[PuctNode, int]] = []
             node = root
             while True:
                 if node.terminal is not None:
@@ -310,7 +308,7 @@ class Search:
                 node.n += 1
                 child = node.children[idx]
                 if child is None:
-                    child = node.children[idx] = Node()
+                    child = node.children[idx] = PuctNode()
                 board.push(int(node.moves[idx]))
                 path.append((node, idx))
                 node = child
@@ -366,10 +364,10 @@ class Search:
     def run(
         self,
         control: SearchControl,
-        on_info: Callable[[SearchResult], None] | None = None,
+        on_info: Callable[[PuctResult], None] | None = None,
         info_interval: float = 0.0,
         rng: np.random.Generator | None = None,
-    ) -> SearchResult:
+    ) -> PuctResult:
         """Search from the root (set by `set_position`) until `control` says stop."""
         if self.params.mode == "gumbel":
             return self._run_gumbel(control, rng or np.random.default_rng())
@@ -386,7 +384,7 @@ class Search:
                 next_info = time.monotonic() + info_interval
         return self.result(control)
 
-    def _run_gumbel(self, control: SearchControl, rng: np.random.Generator) -> SearchResult:
+    def _run_gumbel(self, control: SearchControl, rng: np.random.Generator) -> PuctResult:
         """Search_Mode gumbel: self-play's own search (engine.search.gumbel_tree, mctx's algorithm) with a
         budget of `max_playouts` simulations (64 if unset), cut short by `stop` or the hard deadline."""
         from engine.search.gumbel_tree import TreeSearch  # numba: compiled at the first gumbel search
@@ -395,7 +393,7 @@ class Search:
         self.root = self.root_key = None  # the PUCT tree is not kept across modes
         board = self.board
         if board.is_game_over():
-            return SearchResult(None, None, 0.0, [], 0, 0, 0, 0, time.monotonic() - control.start)
+            return PuctResult(None, None, 0.0, [], 0, 0, 0, 0, time.monotonic() - control.start)
         params = GumbelParams(
             sims=control.max_playouts or 64, considered=p.gumbel_considered, c_visit=p.gumbel_c_visit,
             c_scale=p.gumbel_c_scale, max_moves=p.max_moves, draw_value=self._draw_value(board.turn),
@@ -408,7 +406,7 @@ class Search:
         r = search_position(board, self.ev, params, rng, self.cache, search_type=TreeSearch, stop=stop)
         self.gumbel_result = r
         sims = r.simulations
-        return SearchResult(
+        return PuctResult(
             bestmove=r.moves[r.choice], ponder=r.pv[1] if len(r.pv) > 1 else None, value=r.value, pv=r.pv,
             playouts=sims, nodes=sims + 1, depth=len(r.pv), seldepth=len(r.pv),
             elapsed=time.monotonic() - control.start,
@@ -416,7 +414,7 @@ class Search:
 
     # ----- reading the tree -----
 
-    def best_index(self, node: Node) -> int:
+    def best_index(self, node: PuctNode) -> int:
         if node.win_idx >= 0:
             return node.win_idx
         n = node.child_n
@@ -436,11 +434,11 @@ class Search:
             node = node.children[idx]
         return pv
 
-    def result(self, control: SearchControl) -> SearchResult:
+    def result(self, control: SearchControl) -> PuctResult:
         root = self.root
         elapsed = time.monotonic() - control.start
         if root is None or root.moves is None or not len(root.moves):
-            return SearchResult(None, None, 0.0, [], 0, self.nodes, 0, self.seldepth, elapsed)
+            return PuctResult(None, None, 0.0, [], 0, self.nodes, 0, self.seldepth, elapsed)
         idx = self.best_index(root)
         pv = self.principal_variation()
         n = int(root.child_n[idx])
@@ -451,7 +449,7 @@ class Search:
             self.board.push(int(root.moves[root.win_idx]))
             mate = 1 if self.board.is_game_over() else None
             self.board.pop()
-        return SearchResult(
+        return PuctResult(
             bestmove=int(root.moves[idx]),
             ponder=pv[1] if len(pv) > 1 else None,
             value=value,

@@ -17,7 +17,7 @@ from engine.backends.evaluator import Evaluator, UniformEvaluator
 from engine.core.features import fill_features
 from engine.core.moves import MAX_LEGAL_MOVES, label_table, legal_moves_and_labels
 from engine.search import puct_kernels as tk
-from engine.search.puct import Search, SearchControl, SearchParams
+from engine.search.puct import PuctParams, Search, SearchControl
 
 INITIAL_NODES, INITIAL_EDGES = 1 << 12, 1 << 18  # array sizes of a new tree (they double as needed)
 _NODE_FIELDS = (
@@ -137,7 +137,7 @@ class FastSearch(Search):
     """engine.search.puct.Search with the tree in flat arrays; same options, same answers."""
 
     def __init__(
-        self, evaluator: Evaluator, params: SearchParams | None = None, batch_size: int | None = None
+        self, evaluator: Evaluator, params: PuctParams | None = None, batch_size: int | None = None
     ) -> None:
         super().__init__(evaluator, params, batch_size)
         self.tree = Tree()
@@ -277,7 +277,7 @@ def _warm_up(input2: int) -> None:
     if _warm:
         return
     _warm = True
-    search = FastSearch(UniformEvaluator(4, input2), SearchParams(), batch_size=4)
+    search = FastSearch(UniformEvaluator(4, input2), PuctParams(), batch_size=4)
     board = cshogi.Board()
     first = next(iter(board.legal_moves))
     for moves in ([], [first]):  # the second position reuses (compacts) the first one's subtree

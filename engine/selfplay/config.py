@@ -9,7 +9,7 @@ from pathlib import Path
 from engine.backends.evaluator import Evaluator
 from engine.errors import UserError
 from engine.fileio import check_output_dir
-from engine.search.gumbel_search import SearchParams
+from engine.search.gumbel_search import GumbelParams
 from engine.selfplay.writer import FORMATS
 from engine.usi_client import DEFAULT_MOVE_TIMEOUT, EngineSpec
 
@@ -108,8 +108,8 @@ class SelfPlayConfig:
         """Whether any game is played against the USI engine."""
         return self.usi_engine is not None and self.usi_fraction > 0
 
-    def search_params(self) -> SearchParams:
-        return SearchParams(self.sims, self.considered, self.c_visit, self.c_scale, self.max_moves)
+    def search_params(self) -> GumbelParams:
+        return GumbelParams(self.sims, self.considered, self.c_visit, self.c_scale, self.max_moves)
 
 
 EvaluatorFactory = Callable[[int], Evaluator]  # max_batch -> evaluator (picklable for the server)

@@ -8,7 +8,7 @@ import cshogi
 import numpy as np
 
 from engine.core.rules import NYUGYOKU, win_for
-from engine.search.gumbel_search import SearchResult
+from engine.search.gumbel_search import GumbelResult
 from engine.selfplay.config import SelfPlayConfig
 from engine.selfplay.opponents import OPPONENT_OF, EngineReply, engine_colour
 from engine.selfplay.writer import GameRecord
@@ -68,7 +68,7 @@ class Game:
             self.usi_moves.append(cshogi.move_to_usi(move))
         self.board.push(move)
 
-    def play(self, result: SearchResult, config: SelfPlayConfig) -> int | None:
+    def play(self, result: GumbelResult, config: SelfPlayConfig) -> int | None:
         """Record the searched position and play a move; returns a result byte if the mover resigns."""
         board, rec = self.board, self.record
         if len(rec) < config.random_plies:

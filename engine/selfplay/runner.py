@@ -29,7 +29,7 @@ from tqdm import tqdm
 from engine.backends.evaluator import Evaluator, Pending
 from engine.core.rules import RESULT_MASK, terminal, win_for
 from engine.search.eval_cache import EvalCache
-from engine.search.gumbel_search import LeafBatch, SearchResult
+from engine.search.gumbel_search import GumbelResult, LeafBatch
 from engine.search.gumbel_tree import SearchGroup
 from engine.selfplay.config import OnGame, SelfPlayConfig
 from engine.selfplay.game import Game
@@ -125,7 +125,7 @@ class _Runner:
             return True
         return False
 
-    def _advance(self, group: _Group, i: int, result: SearchResult | None) -> None:
+    def _advance(self, group: _Group, i: int, result: GumbelResult | None) -> None:
         """Play slot i's search `result` (if its search ended), then run the slot's game(s) until a
         search waits on the network, an engine thinks, or no game is left to start."""
         config = self.config
