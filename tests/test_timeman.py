@@ -9,6 +9,7 @@ from engine.play.timeman import (
     hard_limit,
     moves_to_go,
     root_mate_ms,
+    simulations_for,
 )
 from engine.search.puct import can_stop_early
 
@@ -59,3 +60,10 @@ def test_moves_to_go_shrinks_late_but_never_below_ten():
 def test_can_stop_early():
     assert can_stop_early(100, 10, 50)
     assert not can_stop_early(100, 60, 50)
+
+
+def test_simulations_for_a_clock():
+    assert simulations_for(None, 1.0, 64, 16, 100000) == 64  # no speed measured yet
+    assert simulations_for(500.0, 0.8, 64, 16, 100000) == 400
+    assert simulations_for(500.0, 0.001, 64, 16, 100000) == 16  # never below the floor
+    assert simulations_for(1e7, 10.0, 64, 16, 100000) == 100000  # nor above the option's max

@@ -393,6 +393,25 @@ def test_gumbel_mode_plays_legal_moves(engine):
     engine.setoption("Search_Mode", "puct")
 
 
+def test_gumbel_mode_spends_its_clock_not_a_fixed_budget(model):
+    """Sequential halving plans its simulations up front: on a clock the engine plans as many as its
+    measured speed fits in the time (the first search, with no speed known yet, runs
+    Gumbel_Simulations), and it still answers within the clock."""
+    engine = start({"DNN_Model": model, **FAST, "Search_Mode": "gumbel", "Gumbel_Simulations": 16})
+    nodes = []
+    for _ in range(2):
+        send(engine, "position startpos")
+        sent = time.monotonic()
+        send(engine, "go byoyomi 1000")
+        lines = read_until(engine, "bestmove")
+        assert time.monotonic() - sent < 5.0  # an answer on time, not after a fixed budget's worth
+        info = [line.split() for line in lines if line.startswith("info depth")]
+        nodes.append(int(info[-1][info[-1].index("nodes") + 1]))
+    engine.quit()
+    assert nodes[0] == 16
+    assert nodes[1] > 4 * 16  # the tiny net searches hundreds of simulations a second here
+
+
 def test_match_against_random_mover_is_won(tmp_path):
     """A material-counting net + PUCT + mate search beats a random mover every game (a random-init net
     does not: it draws about half its games at the move limit)."""

@@ -65,3 +65,12 @@ def budget(clock: Clock, ply: int, byoyomi_margin: int = 0, time_margin: int = 0
 def root_mate_ms(left_ms: float) -> float:
     """How much of the `left_ms` until the hard limit the root mate search may use."""
     return max(left_ms, 0.0) * ROOT_MATE_SHARE
+
+
+def simulations_for(rate: float | None, seconds: float, default: int, low: int, high: int) -> int:
+    """A search that must plan its simulation count up front (sequential halving): as many as `rate`
+    (simulations/s measured on earlier searches) fits in `seconds`, within [low, high]; `default`
+    before any rate is known."""
+    if rate is None:
+        return default
+    return int(min(max(rate * seconds, low), high))

@@ -81,6 +81,7 @@ class UsiEngine:
         self.search: Search | None = None
         self.thinking: _Thinking | None = None
         self.rng = np.random.default_rng()
+        self._gumbel_rate: float | None = None  # simulations/s of this engine's gumbel searches so far
 
     # ----- output -----
 
@@ -349,10 +350,13 @@ class UsiEngine:
         search = self.search
         search.params = search_params(self.values)
         search.set_position(sfen, moves, max_reuse_plies=4 if self.values["ReuseSubtree"] else -1)
-        if search.params.mode == "gumbel" and t.control.max_playouts is None:
-            t.control.max_playouts = self.values["Gumbel_Simulations"]
+        gumbel = search.params.mode == "gumbel"
+        if gumbel and t.control.max_playouts is None:
+            t.control.max_playouts = self._gumbel_budget(t.control)
         interval = self.values["PV_Interval"] / 1000
         result = search.run(t.control, on_info=self._send_info, info_interval=interval, rng=self.rng)
+        if gumbel:  # its time from the `go` on: a rate on the safe side
+            self._note_gumbel_rate(result.playouts, result.elapsed)
         self._send_info(result)
         self.info_string(f"cache hits {search.cache.hit_rate:.1%}, {len(search.cache)} positions")
         if result.bestmove is None:
@@ -360,6 +364,22 @@ class UsiEngine:
         if result.mate_plies is None and result.value < self.values["Resign_Threshold"] / 1000:
             return "bestmove resign"
         return self._bestmove(result.bestmove, result.ponder)
+
+    def _gumbel_budget(self, control: SearchControl) -> int:
+        """On a clock, the simulations this engine's measured rate fits before the target time (the
+        hard deadline still stops a slow search); otherwise Gumbel_Simulations."""
+        base = self.values["Gumbel_Simulations"]
+        if control.target is None or control.infinite:
+            return base
+        low, high = self.values["Gumbel_Considered"], self.options["Gumbel_Simulations"].max
+        return timeman.simulations_for(self._gumbel_rate, control.target - time.monotonic(), base, low, high)
+
+    def _note_gumbel_rate(self, simulations: int, seconds: float) -> None:
+        """Fold a finished gumbel search's speed into the rate the next budget is planned with."""
+        if simulations < 16 or seconds < 0.02:
+            return  # too short to time (a forced move, a stopped search)
+        rate = simulations / seconds
+        self._gumbel_rate = rate if self._gumbel_rate is None else 0.5 * (self._gumbel_rate + rate)
 
     def _root_mate(self, t: _Thinking, board: cshogi.Board, clock: MateClock) -> list[int] | None:
         """Our mating line, if the 1-ply probe or df-pn (within the mate clock's share) finds one."""
