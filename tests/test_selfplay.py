@@ -213,3 +213,31 @@ def test_cli_reports_bad_arguments(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
     assert proc.returncode == 2
     assert proc.stderr.strip() == "selfplay: error: --parallel must be >= 1"
+
+
+def test_games_do_not_depend_on_how_many_groups_share_the_process(tmp_path):
+    """Each game's moves and targets come from its own seed and search: splitting the games into 1, 2
+    or 3 groups (leaf batches in flight) changes when rows are evaluated, not what is played."""
+    from engine.backends.evaluator import UniformEvaluator
+
+    def games(groups: int) -> list[tuple]:
+        out = tmp_path / f"g{groups}"
+        config = SelfPlayConfig(
+            out_dir=out, games=6, parallel=6, groups=groups, sims=8, considered=4, max_moves=24,
+            random_plies=4, seed=3, progress=False,
+        )  # fmt: skip
+        run_selfplay(config, UniformEvaluator(64))
+        (path,) = out.glob("*.hcpe3")
+        return sorted(
+            (
+                tuple(g.moves["selectedMove16"].tolist()),
+                int(g.result),
+                tuple(c["visitNum"].sum() for c in g.candidates),
+            )
+            for g in iter_hcpe3_games(path)
+        )
+
+    one = games(1)
+    assert len(one) == 6 and len({g[0] for g in one}) > 1
+    assert games(2) == one
+    assert games(3) == one
