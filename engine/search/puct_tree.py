@@ -142,6 +142,7 @@ class FastSearch(Search):
         super().__init__(evaluator, params, batch_size)
         self.tree = Tree()
         self._path_e = self._path_n = self._path_m = np.zeros(0, dtype=np.int64)  # sized by _collect
+        self._logits_out = np.zeros(0, dtype=np.float32)  # a batch's legal-move logits (see _expand_batch)
         _warm_up(evaluator.input2)
 
     def set_position(self, start_sfen: str, moves: list[int], max_reuse_plies: int = 4) -> None:
@@ -256,7 +257,9 @@ class FastSearch(Search):
         np.cumsum([len(m) for m in moves], out=move_start[1:])
         path_start = np.zeros(len(queued) + 1, dtype=np.int64)
         np.cumsum([len(p) for p in path_e], out=path_start[1:])
-        logits = np.empty(int(move_start[-1]), dtype=np.float32)
+        if len(self._logits_out) < move_start[-1]:  # reused: the cache copies what it keeps
+            self._logits_out = np.empty(int(move_start[-1]), dtype=np.float32)
+        logits = self._logits_out
         tk.puct_expand_batch(
             len(queued), np.array(nodes, dtype=np.int64), np.concatenate(moves), move_start,
             np.array(turns, dtype=np.int64), np.concatenate(path_e), np.concatenate(path_n), path_start,
