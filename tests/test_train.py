@@ -148,6 +148,32 @@ def test_lr_schedules():
     assert [lr_factor(s, step, 100, 10) for s in (0, 19, 20, 45)] == [1.0, 1.0, 0.5, 0.25]
 
 
+def test_size_flags_override_the_preset(data, tmp_path):
+    """--blocks/--channels/--fcl make the nets a size comparison needs, and the checkpoint says so."""
+    r = run_cli(
+        "--data",
+        data / "small.data",
+        "--network",
+        "tiny",
+        "--blocks",
+        3,
+        "--channels",
+        24,
+        "--fcl",
+        40,
+        "--batch-size",
+        64,
+        "--workers",
+        0,
+        "--no-progress",
+        "--out",
+        tmp_path / "run",
+    )
+    assert r.returncode == 0, r.stderr
+    config = load_model(tmp_path / "run" / "model.pt").config
+    assert (config.blocks, config.channels, config.fcl) == (3, 24, 40)
+
+
 def run_cli(*args, env=None, timeout=300):
     return subprocess.run(
         [sys.executable, TRAIN, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env
@@ -197,6 +223,8 @@ def test_cli_errors_are_one_line(data, tmp_path):
             ["--data", data / "test.hcpe", "--init", data / "any.pt", "--network", "small"],
             "conflicts with --init",
         ),
+        (["--data", data / "test.hcpe", "--init", data / "any.pt", "--channels", 96], "--channels conflicts"),
+        (["--data", data / "test.hcpe", "--blocks", 0, *tiny], "--blocks must be >= 1"),
     ]
     for args, needle in cases:
         r = run_cli(*args, "--out", tmp_path / "run", "--workers", 0, "--no-progress")

@@ -33,6 +33,9 @@ class TrainConfig:
     data: list[str] = field(default_factory=list)
     out: str = "run"
     network: str = "small"
+    blocks: int | None = None  # overrides of the preset's size, for comparing nets of other sizes
+    channels: int | None = None
+    fcl: int | None = None
     nyugyoku_features: bool = False  # input2 with 119 planes
     init: str | None = None  # start from these weights (architecture from the checkpoint)
     activation: str | None = None  # relu|swish: of a new net, or of a dlshogi --init that does not say
@@ -74,6 +77,15 @@ class TrainConfig:
     progress: bool = True
 
 
+def _size_overrides(cfg: TrainConfig) -> dict[str, int | None]:
+    return {"blocks": cfg.blocks, "channels": cfg.channels, "fcl": cfg.fcl}
+
+
+def network_overrides(cfg: TrainConfig) -> dict[str, int]:
+    """The --blocks/--channels/--fcl given, to apply on top of the --network preset."""
+    return {k: v for k, v in _size_overrides(cfg).items() if v is not None}
+
+
 def validate(cfg: TrainConfig) -> None:
     checks = [
         (cfg.epochs >= 1, f"--epochs must be >= 1, got {cfg.epochs}"),
@@ -93,6 +105,7 @@ def validate(cfg: TrainConfig) -> None:
         (cfg.lr_step_epochs >= 1, f"--lr-step-epochs must be >= 1, got {cfg.lr_step_epochs}"),
         (cfg.test_limit is None or cfg.test_limit >= 1, "--test-limit must be >= 1"),
         (cfg.resume or bool(cfg.data), "no --data given"),
+        *((v is None or v >= 1, f"--{n} must be >= 1, got {v}") for n, v in _size_overrides(cfg).items()),
     ]
     for ok, message in checks:
         if not ok:

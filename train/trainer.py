@@ -34,7 +34,7 @@ from engine.core.network import (
 )
 from engine.errors import UserError
 from engine.fileio import check_output_dir
-from train.config import TrainConfig, resumed_config, validate
+from train.config import TrainConfig, network_overrides, resumed_config, validate
 from train.dataset import Batch, Corpus, EpochBatches, resolve_inputs, to_device
 from train.distributed import Dist, StopFlag, all_sum, amp_dtype, init_distributed, log_main, pick_device
 from train.evaluation import evaluate
@@ -50,7 +50,8 @@ def make_network(cfg: TrainConfig, log: Callable[[str], None]) -> PolicyValueNet
         log(f"initial weights from {cfg.init} ({net.config})")
         return net.train()
     act = {"activation": cfg.activation} if cfg.activation else {}
-    return build(preset(cfg.network, input2=planes2, **act), seed=cfg.seed).train()
+    config = preset(cfg.network, input2=planes2, **act, **network_overrides(cfg))
+    return build(config, seed=cfg.seed).train()
 
 
 def rng_state() -> dict[str, Any]:
