@@ -17,6 +17,7 @@ import cshogi
 import numpy as np
 import pytest
 
+from engine.core.rules import BLACK_WIN, DRAW, WHITE_WIN
 from engine.core.score import value_to_eval
 from engine.errors import UserError
 from engine.match.arbiter import Game
@@ -32,6 +33,7 @@ from train.corpus import (
     new_runs,
     run_corpus,
 )
+from train.corpus_split import split_corpus
 from train.record_readers import iter_hcpe3_positions, read_hcpe
 
 REPO = Path(__file__).resolve().parent.parent
@@ -148,6 +150,40 @@ def test_corpus_of_engine_games_with_per_side_limits(scored, tmp_path):
         assert (e["black"], e["white"]) == (("n7", "d3") if e["game"] % 2 == 0 else ("d3", "n7"))
     json_settings = json.loads((out / "corpus.json").read_text())
     assert [t.get("nodes") for t in json_settings["teachers"]] == [7, None]
+
+
+def test_split_by_games_puts_the_last_games_in_the_test_set(scored, tmp_path):
+    out = tmp_path / "c"
+    run_corpus(config(out, str(scored), 4))
+    rows = check_corpus(out)
+    with open(out / "corpus.hcpe", "ab") as f:  # a game being appended while the split reads
+        f.write(rows[:3].tobytes())
+    counts = split_corpus(out, 1, tmp_path / "split")
+    train, test = read_hcpe(tmp_path / "split" / "train.hcpe"), read_hcpe(tmp_path / "split" / "test.hcpe")
+    last = log(out)[-1]
+    assert (counts["test games"], counts["test positions"], len(test)) == (1, last["positions"], len(test))
+    assert np.array_equal(np.concatenate([train, test]), rows)  # the appended rows are left out
+    result = {"b": BLACK_WIN, "w": WHITE_WIN, "d": DRAW}[last["result"]]
+    assert set(test["gameResult"]) == {result}  # all rows of the last game logged
+    r = subprocess.run(
+        [
+            sys.executable,
+            REPO / "bin" / "convert",
+            "split-corpus",
+            out,
+            "--test-games",
+            "4",
+            "-o",
+            tmp_path / "x",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        r.returncode == 2
+        and r.stderr.strip() == f"convert: error: {out}: --test-games must be 1..3 (it has 4 games)"
+    )
 
 
 def test_rerun_continues_and_refuses_other_settings(scored, tmp_path):
