@@ -67,12 +67,12 @@ def test_nyugyoku_network_takes_119_planes():
 
 
 def test_checkpoints_from_before_bn_eps_was_recorded_keep_their_outputs(repo, positions):
-    """models/default.pt predates `bn_eps` in the config and the `policy` name: it loads with the eps it
-    was trained with (2e-5) and its `policy_conv` weights, computing what it always did."""
-    path = repo / "models" / "default.pt"
+    """The default model shipped until 2026-12-01 (kept as tests/data/legacy_small.pt) predates `bn_eps`
+    in the config and the `policy` name: it loads with the eps it was trained with (2e-5) and its
+    `policy_conv` weights, computing what it always did."""
+    path = repo / "tests" / "data" / "legacy_small.pt"
     payload = read_checkpoint(path)
-    if "bn_eps" in payload["config"]:
-        pytest.skip("the shipped model is no longer a legacy checkpoint")
+    assert "bn_eps" not in payload["config"]
     net = load_model(path)
     assert net.config.bn_eps == LEGACY_BN_EPS and net.norm1.eps == LEGACY_BN_EPS
     torch.testing.assert_close(net.policy.weight, payload["model"]["policy_conv.weight"])
