@@ -184,6 +184,10 @@ def test_split_by_games_puts_the_last_games_in_the_test_set(scored, tmp_path):
         r.returncode == 2
         and r.stderr.strip() == f"convert: error: {out}: --test-games must be 1..3 (it has 4 games)"
     )
+    with open(out / LOG, "a") as f:
+        f.write("{not json\n")
+    with pytest.raises(UserError, match=f"{LOG}:5: not a JSON line"):
+        split_corpus(out, 1, tmp_path / "split")
 
 
 def test_rerun_continues_and_refuses_other_settings(scored, tmp_path):

@@ -25,7 +25,15 @@ def logged_games(corpus_dir: Path) -> list[dict]:
     if not path.is_file():
         raise UserError(f"{corpus_dir}: not a corpus folder (no {LOG})")
     text = path.read_text()
-    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
+    games = []
+    for number, line in enumerate(text[: text.rfind("\n") + 1].splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            games.append(json.loads(line))
+        except ValueError:
+            raise UserError(f"{path}:{number}: not a JSON line") from None
+    return games
 
 
 def split_corpus(corpus_dir: str | Path, test_games: int, out_dir: str | Path) -> dict[str, int]:
