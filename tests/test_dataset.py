@@ -180,3 +180,12 @@ def test_newest_files_and_inputs(tmp_path):
         resolve_inputs([tmp_path / "missing.hcpe"])
     with pytest.raises(UserError, match="no record files"):
         resolve_inputs([tmp_path / "empty"] if (tmp_path / "empty").mkdir() is None else [])
+
+
+def test_a_corpus_folder_with_both_formats_is_refused(tmp_path):
+    """bin/corpus writes corpus.hcpe and corpus.hcpe3 of the same games: the folder would train each twice."""
+    for name in ("corpus.hcpe", "corpus.hcpe3", "other.hcpe"):
+        (tmp_path / name).write_bytes(b"x")
+    with pytest.raises(UserError, match=r"corpus\.hcpe and corpus\.hcpe3 hold the same games"):
+        resolve_inputs([tmp_path])
+    assert resolve_inputs([tmp_path / "corpus.hcpe", tmp_path / "other.hcpe"])[0].name == "corpus.hcpe"

@@ -318,6 +318,15 @@ def newest_files(folder: Path, count: int | None) -> list[Path]:
     files.sort(key=lambda p: (p.stat().st_mtime_ns, p.name))
     if not files:
         raise UserError(f"{folder}: no record files ({', '.join(RECORD_SUFFIXES)}) in this folder")
+    stems = {p.stem for p in files if p.suffix.lower() == ".hcpe"} & {
+        p.stem for p in files if p.suffix.lower() == ".hcpe3"
+    }
+    if stems:  # bin/corpus writes each game to both: reading the folder would count every position twice
+        stem = sorted(stems)[0]
+        raise UserError(
+            f"{folder}: {stem}.hcpe and {stem}.hcpe3 hold the same games in two formats; "
+            f"give one file (e.g. {folder / (stem + '.hcpe')}), not the folder"
+        )
     return files[-count:] if count else files
 
 
