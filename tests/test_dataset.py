@@ -186,6 +186,8 @@ def test_a_corpus_folder_with_both_formats_is_refused(tmp_path):
     """bin/corpus writes corpus.hcpe and corpus.hcpe3 of the same games: the folder would train each twice."""
     for name in ("corpus.hcpe", "corpus.hcpe3", "other.hcpe"):
         (tmp_path / name).write_bytes(b"x")
-    with pytest.raises(UserError, match=r"corpus\.hcpe and corpus\.hcpe3 hold the same games"):
+    assert len(resolve_inputs([tmp_path])) == 3  # not made by bin/corpus: the files are the user's
+    (tmp_path / "corpus.json").write_text("{}")
+    with pytest.raises(UserError, match="corpus.hcpe and corpus.hcpe3 hold the same games"):
         resolve_inputs([tmp_path])
     assert resolve_inputs([tmp_path / "corpus.hcpe", tmp_path / "other.hcpe"])[0].name == "corpus.hcpe"

@@ -34,6 +34,7 @@ from engine.core.rules import BLACK_WIN, DRAW, RESULT_MASK
 from engine.core.score import eval_to_value
 from engine.errors import UserError
 from engine.records.formats import DATA, EXTENSIONS, HCPE
+from train.corpus import SETTINGS as CORPUS_SETTINGS
 from train.hcpe3_cache import Hcpe3Cache, build_hcpe3_cache
 from train.record_detect import detect_format
 from train.record_readers import read_data, read_hcpe, usable_files
@@ -318,14 +319,12 @@ def newest_files(folder: Path, count: int | None) -> list[Path]:
     files.sort(key=lambda p: (p.stat().st_mtime_ns, p.name))
     if not files:
         raise UserError(f"{folder}: no record files ({', '.join(RECORD_SUFFIXES)}) in this folder")
-    stems = {p.stem for p in files if p.suffix.lower() == ".hcpe"} & {
-        p.stem for p in files if p.suffix.lower() == ".hcpe3"
-    }
-    if stems:  # bin/corpus writes each game to both: reading the folder would count every position twice
-        stem = sorted(stems)[0]
+    names = {p.name for p in files}
+    if (folder / CORPUS_SETTINGS).is_file() and {"corpus.hcpe", "corpus.hcpe3"} <= names:
+        # bin/corpus writes each game to both: reading the folder would count every position twice
         raise UserError(
-            f"{folder}: {stem}.hcpe and {stem}.hcpe3 hold the same games in two formats; "
-            f"give one file (e.g. {folder / (stem + '.hcpe')}), not the folder"
+            f"{folder}: a bin/corpus folder, whose corpus.hcpe and corpus.hcpe3 hold the same games; "
+            f"give one of the two files, not the folder"
         )
     return files[-count:] if count else files
 
