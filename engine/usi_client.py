@@ -7,6 +7,7 @@ and the engine can be restarted and is always told to quit.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import queue
@@ -50,6 +51,52 @@ def usi_score_to_value(score: str | None) -> float:
         with contextlib.suppress(ValueError):
             return float(eval_to_value(int(value)))
     return 0.5
+
+
+@dataclass(frozen=True)
+class GoLimit:
+    """How long an engine searches each move: `go nodes N`, `go depth N` and/or `go byoyomi MS`. Engines
+    differ in what they obey (gpsusi aborts on `go nodes`), so each engine of a match has its own."""
+
+    nodes: int | None = None
+    depth: int | None = None
+    byoyomi: int | None = None  # milliseconds
+
+    def settings(self) -> dict[str, int]:
+        """The limits given, as `UsiProcess.go` keywords."""
+        pairs = (("nodes", self.nodes), ("depth", self.depth), ("byoyomi", self.byoyomi))
+        return {k: v for k, v in pairs if v is not None}
+
+    def validate(self, engine: int) -> None:
+        """UserError naming engine 0's flags (--nodes...) or engine 1's (--nodes2...) unless usable."""
+        who, suffix = f"engine {engine + 1}", "2" if engine else ""
+        if not self.settings():
+            flags = f"--nodes{suffix}, --depth{suffix} or --byoyomi{suffix}"
+            raise UserError(f"{who}: give a search limit ({flags})")
+        for name, v in self.settings().items():
+            if v <= 0:
+                raise UserError(f"{who}: --{name}{suffix} must be positive, got {v}")
+
+
+def add_go_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """--nodes/--depth/--byoyomi (engine 1, and engine 2 unless it has its own) and --nodes2/--depth2/
+    --byoyomi2 (engine 2), for the tools that run two engines."""
+    for suffix, whose in (("", "engine 1's (and engine 2's unless it has its own)"), ("2", "engine 2's")):
+        g = parser.add_argument_group(f"search limit, {whose}")
+        g.add_argument(f"--nodes{suffix}", type=int, metavar="N", help="go nodes N")
+        g.add_argument(f"--depth{suffix}", type=int, metavar="N", help="go depth N")
+        g.add_argument(f"--byoyomi{suffix}", type=int, metavar="MS", help="go byoyomi MS (time per move)")
+
+
+def go_limits_from_flags(args: argparse.Namespace) -> tuple[GoLimit, GoLimit]:
+    """Engine 1's and engine 2's limits from `add_go_limit_flags`' flags, validated."""
+    first = GoLimit(args.nodes, args.depth, args.byoyomi)
+    first.validate(0)
+    second = GoLimit(args.nodes2, args.depth2, args.byoyomi2)
+    if not second.settings():
+        return first, first
+    second.validate(1)
+    return first, second
 
 
 class EngineFailure(Exception):

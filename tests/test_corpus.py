@@ -22,7 +22,7 @@ from engine.core.score import value_to_eval
 from engine.errors import UserError
 from engine.match.arbiter import Game
 from engine.match.openings import Opening
-from engine.usi_client import EngineSpec, usi_score_to_value
+from engine.usi_client import EngineSpec, GoLimit, usi_score_to_value
 from tests.usi_helpers import RANDOM_ENGINE
 from train.corpus import (
     LOG,
@@ -71,8 +71,8 @@ def scored(tmp_path: Path) -> Path:
 
 def config(out: Path, engine: str, games: int, **kwargs) -> CorpusConfig:
     teachers = (
-        Teacher(EngineSpec(engine, name="n7"), nodes=7),
-        Teacher(EngineSpec(engine, name="d3"), depth=3),
+        Teacher(EngineSpec(engine, name="n7"), GoLimit(nodes=7)),
+        Teacher(EngineSpec(engine, name="d3"), GoLimit(depth=3)),
     )
     base = {"parallel": 2, "max_moves": 60, "timeout": 20.0, "formats": ("hcpe", "hcpe3"), "progress": False}
     return CorpusConfig(out, teachers, games, **{**base, **kwargs})
@@ -227,10 +227,11 @@ def test_engines_that_always_fail_end_the_run(scored, tmp_path):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ([], "corpus: error: --engine1: give a search limit (nodes, depth or byoyomi)"),
+        ([], "corpus: error: engine 1: give a search limit (--nodes, --depth or --byoyomi)"),
         (["--nodes", "5", "--format", "csa"], "corpus: error: --format: choose from hcpe, hcpe3, got csa"),
         (["--nodes", "5", "--option1", "Th"], "corpus: error: --option1 'Th': expected NAME=VALUE"),
         (["--nodes", "5", "--engine2", "/nonexistent/engine"], "corpus: error: engine '/nonexistent/engine'"),
+        (["--nodes", "5", "--depth2", "-1"], "corpus: error: engine 2: --depth2 must be positive, got -1"),
     ],
 )
 def test_bad_settings_are_one_line_errors(tmp_path, extra, message):
@@ -281,7 +282,7 @@ FSF = shutil.which("fairy-stockfish") or (
 @pytest.mark.skipif(FSF is None, reason="Fairy-Stockfish not installed (Debian package fairy-stockfish)")
 def test_fairy_stockfish_scores_become_evals(tmp_path):
     out = tmp_path / "c"
-    teacher = Teacher(EngineSpec(FSF, {"Threads": "1", "Hash": "16"}), nodes=500)
+    teacher = Teacher(EngineSpec(FSF, {"Threads": "1", "Hash": "16"}), GoLimit(nodes=500))
     run_corpus(CorpusConfig(out, (teacher, teacher), 2, parallel=2, max_moves=80, progress=False))
     rows = np.asarray(read_hcpe(out / "corpus.hcpe"))
     assert len(rows) > 20 and np.count_nonzero(rows["eval"]) > len(rows) // 2

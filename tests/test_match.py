@@ -23,10 +23,12 @@ from engine.match.openings import (
     read_openings,
     repeated_games,
 )
-from engine.usi_client import EngineSpec
+from engine.usi_client import EngineSpec, GoLimit
 
 REPO = Path(__file__).resolve().parent.parent
 GREEDY = str(REPO / "bin" / "greedy_usi")
+NODES1 = (GoLimit(nodes=1), GoLimit(nodes=1))
+RUN = {"capture_output": True, "text": True, "timeout": 60}
 
 
 def fake_engine(tmp_path: Path, name: str, on_go: str) -> str:
@@ -164,7 +166,7 @@ def test_greedy_beats_first_legal_move_player(tmp_path):
     result = run_match(
         [EngineSpec(GREEDY), EngineSpec(first)],
         4,
-        nodes=1,
+        limits=NODES1,
         max_moves=256,
         openings=random_openings(2, 2, seed=3),
         csa_dir=tmp_path / "csa",
@@ -200,23 +202,23 @@ def test_illegal_moves_and_false_declarations_lose(tmp_path):
     declarer = fake_engine(tmp_path, "declarer", '"win"')
     resigner = fake_engine(tmp_path, "resigner", '"resign"')
     for bad, reason in ((illegal, "illegal move"), (declarer, "illegal declaration"), (resigner, "resign")):
-        result = run_match([EngineSpec(GREEDY), EngineSpec(bad)], 2, nodes=1, progress=False)
+        result = run_match([EngineSpec(GREEDY), EngineSpec(bad)], 2, limits=NODES1, progress=False)
         assert (result.wins, result.losses, result.draws) == (2, 0, 0)
         assert {g.reason for g in result.games} == {reason}
 
 
 def test_crash_and_hang_lose_and_restart(tmp_path):
     crasher = fake_engine(tmp_path, "crasher", "sys.exit(3)")
-    result = run_match([EngineSpec(crasher), EngineSpec(GREEDY)], 2, nodes=1, progress=False)
+    result = run_match([EngineSpec(crasher), EngineSpec(GREEDY)], 2, limits=NODES1, progress=False)
     assert (result.wins, result.losses) == (0, 2) and {g.reason for g in result.games} == {"crash"}
     hanger = fake_engine(tmp_path, "hanger", "__import__('time').sleep(60) or ''")
-    result = run_match([EngineSpec(hanger), EngineSpec(GREEDY)], 1, nodes=1, timeout=1.0, progress=False)
+    result = run_match([EngineSpec(hanger), EngineSpec(GREEDY)], 1, NODES1, timeout=1.0, progress=False)
     assert result.games[0].reason == "timeout" and result.losses == 1
 
 
 def test_max_moves_is_a_draw():
     result = run_match(
-        [EngineSpec(GREEDY), EngineSpec(GREEDY, {"Seed": "1"})], 2, nodes=1, max_moves=6, progress=False
+        [EngineSpec(GREEDY), EngineSpec(GREEDY, {"Seed": "1"})], 2, limits=NODES1, max_moves=6, progress=False
     )
     assert result.draws == 2 and all(len(g.moves) == 6 for g in result.games)
     assert result.elo.elo == pytest.approx(0.0)
@@ -224,12 +226,12 @@ def test_max_moves_is_a_draw():
 
 def test_engine_that_cannot_start_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="cannot start"):
-        run_match([EngineSpec(str(tmp_path / "nope")), EngineSpec(GREEDY)], 1, nodes=1, progress=False)
+        run_match([EngineSpec(str(tmp_path / "nope")), EngineSpec(GREEDY)], 1, limits=NODES1, progress=False)
     dead = tmp_path / "dead"
     dead.write_text(f"#!{sys.executable}\nimport sys\nsys.stderr.write('boom\\n')\n")
     dead.chmod(0o755)
     with pytest.raises(UserError, match="boom"):
-        run_match([EngineSpec(str(dead)), EngineSpec(GREEDY)], 1, nodes=1, progress=False)
+        run_match([EngineSpec(str(dead)), EngineSpec(GREEDY)], 1, limits=NODES1, progress=False)
 
 
 def test_match_cli(tmp_path):
@@ -257,6 +259,30 @@ def test_match_cli(tmp_path):
     ):
         bad = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_each_engine_searches_with_its_own_limit(tmp_path):
+    """Engines obey different `go` limits (gpsusi aborts on `go nodes`): each gets only its own."""
+    first_legal = "cshogi.move_to_usi(next(iter(board.legal_moves)))"
+    echo = f"print('info depth 1 score cp ' + w[-1], flush=True) or {first_legal}"  # cp: its go limit
+    echo = fake_engine(tmp_path, "echo", echo)
+    no_nodes = fake_engine(tmp_path, "no_nodes", f"sys.exit(3) if 'nodes' in w else {first_legal}")
+    limits = (GoLimit(nodes=7), GoLimit(byoyomi=40))
+    result = run_match([EngineSpec(echo), EngineSpec(echo)], 2, limits, max_moves=8, progress=False)
+    for game in result.games:  # engine 0 is Black in game 0, White in game 1
+        first, second = ("cp 7", "cp 40") if game.black == 0 else ("cp 40", "cp 7")
+        assert game.scores == [first, second] * (len(game.scores) // 2) and len(game.scores) > 4
+    cmd = [sys.executable, str(REPO / "bin" / "match"), GREEDY, no_nodes, "--games", "2", "--max-moves", "8"]
+    out = subprocess.run([*cmd, "--nodes", "1", "--byoyomi2", "40", "--no-progress"], **RUN)
+    assert out.returncode == 0 and '"reasons": {"max moves": 2}' in out.stdout, out.stdout + out.stderr
+    crashed = subprocess.run([*cmd, "--nodes", "1", "--no-progress"], **RUN)  # the same limit for both
+    assert crashed.returncode == 0 and '"reasons": {"crash": 2}' in crashed.stdout, crashed.stderr
+    for extra, message in (
+        ([], "match: error: engine 1: give a search limit (--nodes, --depth or --byoyomi)"),
+        (["--byoyomi", "100", "--nodes2", "0"], "match: error: engine 2: --nodes2 must be positive, got 0"),
+    ):
+        bad = subprocess.run([*cmd, *extra], **RUN)
+        assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
 
 
 def test_repeated_games_counts_games_that_replay_an_earlier_start():
@@ -300,7 +326,7 @@ def test_unpaired_matches_give_every_game_its_own_opening(tmp_path):
     result = run_match(
         [EngineSpec(GREEDY), EngineSpec(GREEDY)],
         4,
-        nodes=1,
+        limits=NODES1,
         max_moves=12,
         openings=openings,
         sfen_path=tmp_path / "games.sfen",
@@ -310,7 +336,7 @@ def test_unpaired_matches_give_every_game_its_own_opening(tmp_path):
     assert [g.opening for g in result.games] == openings
     assert [g.black for g in result.games] == [0, 1, 0, 1]
     paired = run_match(
-        [EngineSpec(GREEDY), EngineSpec(GREEDY)], 4, nodes=1, max_moves=12, openings=openings, progress=False
+        [EngineSpec(GREEDY), EngineSpec(GREEDY)], 4, NODES1, max_moves=12, openings=openings, progress=False
     )
     assert [g.opening for g in paired.games] == [openings[0], openings[0], openings[1], openings[1]]
 

@@ -42,7 +42,7 @@ from engine.records.formats import HCPE
 from engine.records.writers import Hcpe3Writer, append_hcpe
 from engine.selfplay.processes import stop_on_signals
 from engine.selfplay.writer import GameRecord, to_hcpe3
-from engine.usi_client import DEFAULT_MOVE_TIMEOUT, EngineSpec, UsiProcess, usi_score_to_value
+from engine.usi_client import DEFAULT_MOVE_TIMEOUT, EngineSpec, GoLimit, UsiProcess, usi_score_to_value
 from train.convert import REASON_NAMES
 from train.record_readers import iter_hcpe3_positions, read_hcpe
 
@@ -59,25 +59,15 @@ class Teacher:
     """One side of the games: how to start the engine and how long it searches each move."""
 
     engine: EngineSpec
-    nodes: int | None = None
-    depth: int | None = None
-    byoyomi: int | None = None  # milliseconds
+    limit: GoLimit
 
-    def validate(self, side: str) -> None:
-        limits = self.limits()
-        if not limits:
-            raise UserError(f"{side}: give a search limit (nodes, depth or byoyomi)")
-        for name, v in limits.items():
-            if v <= 0:
-                raise UserError(f"{side}: {name} must be positive, got {v}")
+    def validate(self, i: int) -> None:
+        """UserError naming engine i's flags unless this teacher can play."""
+        self.limit.validate(i)
         self.engine.argv  # noqa: B018 (raises UserError for a malformed command)
 
     def settings(self) -> dict[str, Any]:
-        return {"command": self.engine.command, "options": self.engine.options, **self.limits()}
-
-    def limits(self) -> dict[str, int]:
-        pairs = (("nodes", self.nodes), ("depth", self.depth), ("byoyomi", self.byoyomi))
-        return {k: v for k, v in pairs if v is not None}
+        return {"command": self.engine.command, "options": self.engine.options, **self.limit.settings()}
 
 
 @dataclass
@@ -100,8 +90,8 @@ class CorpusConfig:
             raise UserError("--random-plies must be >= 1: deterministic engines need distinct openings")
         if not self.formats or set(self.formats) - set(FORMATS):
             raise UserError(f"--format: choose from {', '.join(FORMATS)}, got {','.join(self.formats)}")
-        for side, teacher in zip(("--engine1", "--engine2"), self.teachers, strict=True):
-            teacher.validate(side)
+        for i, teacher in enumerate(self.teachers):
+            teacher.validate(i)
 
     def settings(self) -> dict[str, Any]:
         """What makes two runs' games alike: a rerun must match, to continue the same corpus."""
@@ -142,19 +132,16 @@ class Stopped(Exception):
 
 
 class TeacherProcess(UsiProcess):
-    """A USI engine that searches with its teacher's limit whatever the arbiter asks, and stops asking
-    once the run stops."""
+    """A USI engine that stops being asked for moves once the run stops."""
 
-    def __init__(self, teacher: Teacher, timeout: float, stop: threading.Event) -> None:
-        super().__init__(teacher.engine, timeout)
-        self.teacher = teacher
+    def __init__(self, engine: EngineSpec, timeout: float, stop: threading.Event) -> None:
+        super().__init__(engine, timeout)
         self.stop = stop
 
-    def go(self, **_: Any) -> tuple[str, str | None]:
+    def go(self, **limits: Any) -> tuple[str, str | None]:
         if self.stop.is_set():
             raise Stopped
-        t = self.teacher
-        return super().go(nodes=t.nodes, byoyomi=t.byoyomi, depth=t.depth)
+        return super().go(**limits)
 
     def interrupt(self) -> None:
         """Ask for the best move now (USI `stop`), so a stopping run does not wait for a long search."""
@@ -360,15 +347,16 @@ def _worker(
     own: list[TeacherProcess] = []
     try:
         for teacher in config.teachers:
-            engine = TeacherProcess(teacher, config.timeout, stop)
+            engine = TeacherProcess(teacher.engine, config.timeout, stop)
             own.append(engine)
             engines.append(engine)
             engine.connect()
         names = [e.name for e in own]
+        limits = [t.limit for t in config.teachers]
         while (item := work.get()) is not None and not stop.is_set():
             index, opening = item
             start = time.monotonic()
-            game = play_game(own, opening, index % 2, None, None, config.max_moves)
+            game = play_game(own, opening, index % 2, limits, config.max_moves)
             results.put(("game", (index, game, time.monotonic() - start, names)))
     except Stopped:
         pass

@@ -12,7 +12,7 @@ from engine.match.arbiter import play_match
 from engine.match.openings import random_openings
 from engine.paths import REPO_ROOT
 from engine.records.hcpe3_games import iter_hcpe3_games
-from engine.usi_client import EngineSpec, started
+from engine.usi_client import EngineSpec, GoLimit, started
 from train.loop_config import LoopConfig, LoopState, RunPaths, at_generation, selfplay_config
 
 USI_ENGINE = REPO_ROOT / "bin" / "usi_engine"
@@ -183,7 +183,7 @@ def step_eval(
                     result = play_match(
                         [me, other],
                         cfg.eval_games,
-                        nodes=cfg.eval_nodes,
+                        (GoLimit(nodes=cfg.eval_nodes),) * 2,
                         max_moves=cfg.eval_max_moves,
                         openings=openings,
                         csa_dir=paths.gen(g) / "eval" / key,

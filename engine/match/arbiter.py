@@ -1,4 +1,4 @@
-"""Games between two USI engines: alternating colours, fixed node budget or byoyomi, exact arbitration.
+"""Games between two USI engines: alternating colours, each engine its own search limit, exact arbitration.
 
 The arbiter keeps its own board and judges every game end with `engine.core.rules.terminal`: mate (no
 legal moves), repetition (sennichite draw, perpetual check loses) and the move limit (draw).
@@ -29,7 +29,7 @@ from engine.errors import UserError
 from engine.fileio import atomic_write
 from engine.match.elo import EloEstimate, elo_estimate
 from engine.match.openings import Opening, game_opening, opening_board
-from engine.usi_client import DEFAULT_MOVE_TIMEOUT, EngineFailure, EngineSpec, UsiProcess, started
+from engine.usi_client import DEFAULT_MOVE_TIMEOUT, EngineFailure, EngineSpec, GoLimit, UsiProcess, started
 
 CSA_END = {
     "checkmate": "%TSUMI",
@@ -84,11 +84,11 @@ def play_game(
     engines: Sequence[UsiProcess],
     opening: Opening,
     black: int,
-    nodes: int | None,
-    byoyomi: int | None,
+    limits: Sequence[GoLimit],
     max_moves: int,
 ) -> Game:
-    """One game; engine `black` moves first. Engine failures end the game as a loss for that side."""
+    """One game; engine `black` moves first, each engine searching with its own limit (`limits[i]` for
+    `engines[i]`). Engine failures end the game as a loss for that side."""
     game = Game(opening, black)
     board = opening_board(opening.position)
     occurrences = Counter([board.zobrist_hash()])  # the opening's own positions count too
@@ -103,10 +103,11 @@ def play_game(
             game.winner, game.reason = end
             break
         turn = board.turn
-        engine = engines[black if turn == cshogi.BLACK else 1 - black]
+        side = black if turn == cshogi.BLACK else 1 - black
+        engine = engines[side]
         try:
             engine.position([*opening.moves, *game.moves], opening.position)
-            bestmove, _ = engine.go(nodes=nodes, byoyomi=byoyomi)
+            bestmove, _ = engine.go(**limits[side].settings())
         except EngineFailure as e:
             game.winner, game.reason = cshogi.opponent(turn), "timeout" if e.timed_out else "crash"
             engine.restart()
@@ -219,8 +220,7 @@ class MatchResult:
 def play_match(
     engines: Sequence[UsiProcess],
     games: int,
-    nodes: int | None = None,
-    byoyomi: int | None = None,
+    limits: Sequence[GoLimit],
     max_moves: int = DEFAULT_MAX_MOVES,
     openings: Sequence[Opening] = (Opening(),),
     csa_dir: str | os.PathLike | None = None,
@@ -228,14 +228,17 @@ def play_match(
     progress: bool = True,
     paired: bool = True,
 ) -> MatchResult:
-    """`games` games between two started engines, engine 0 Black in even games. Opening k is used by
+    """`games` games between two started engines, engine 0 Black in even games, engine i searching each
+    move with `limits[i]`. Opening k is used by
     games 2k and 2k+1 (cycling) when `paired`, else by game k alone (for data generation, where a
     deterministic engine would replay the same game with colours swapped). Records: one CSA file per
     game; one `position ...` line per game."""
     if games < 1:
         raise UserError(f"--games must be >= 1, got {games}")
-    if nodes is None and byoyomi is None:
-        raise UserError("give a node budget (--nodes) or a time per move (--byoyomi)")
+    if len(limits) != 2:
+        raise ValueError("a match needs a search limit for each engine")
+    for i, limit in enumerate(limits):
+        limit.validate(i)
     if not openings:
         raise UserError("no openings")
     result = MatchResult((engines[0].name, engines[1].name))
@@ -244,7 +247,7 @@ def play_match(
         with tqdm(total=games, unit="game", disable=not progress, dynamic_ncols=True) as bar:
             for i in range(games):
                 opening = game_opening(openings, i, paired)
-                game = play_game(engines, opening, i % 2, nodes, byoyomi, max_moves)
+                game = play_game(engines, opening, i % 2, limits, max_moves)
                 result.games.append(game)
                 if csa_dir is not None:
                     write_csa(Path(csa_dir) / f"game-{i + 1:04d}.csa", game, result.names)
@@ -263,6 +266,7 @@ def play_match(
 def run_match(
     specs: Sequence[EngineSpec],
     games: int,
+    limits: Sequence[GoLimit],
     timeout: float = DEFAULT_MOVE_TIMEOUT,
     **kwargs: Any,
 ) -> MatchResult:
@@ -270,4 +274,4 @@ def run_match(
     if len(specs) != 2:
         raise ValueError("a match needs two engines")
     with started(specs, timeout) as engines:
-        return play_match(engines, games, **kwargs)
+        return play_match(engines, games, limits, **kwargs)
