@@ -17,7 +17,7 @@ import torch
 
 from engine.backends.choose import Platform, create_evaluator
 from engine.backends.onnx_evaluator import OnnxEvaluator
-from engine.backends.onnx_model import onnx_sha256, sha256_file
+from engine.backends.onnx_files import onnx_sha256, sha256_file
 from engine.backends.torch_evaluator import TorchEvaluator
 from engine.core.dlshogi_format import read_npz
 from engine.core.moves import legal_moves_and_labels
@@ -146,7 +146,9 @@ def test_usi_engine_plays_dlshogis_policy(name, boards, reference, tmp_path):
     want = expected_moves(boards, reference[f"{ref_name}.policy"])
     assert len(want) >= 40
     script = [f"setoption name DNN_Model value {FIXTURES / name}", "setoption name Search_Mode value policy",
-              "setoption name Mate_Root_Search value 0", "setoption name DNN_Batch_Size value 4"]  # fmt: skip
+              "setoption name Mate_Root_Search value 0", "setoption name DNN_Batch_Size value 4",
+              "setoption name CPU_Int8 value false"]  # fmt: skip
+    # (fp32: exactly dlshogi's numbers, not the int8 model's)
     if activation:
         script.append(f"setoption name DNN_Activation value {activation}")
     script.append("isready")

@@ -63,6 +63,20 @@ def test_agrees_with_flat_priors_and_exact_leaves():
             _assert_same(*_both(board, ev, params, seed=5))
 
 
+def test_leaf_mate_probe_puts_the_policy_target_on_a_mate_in_three():
+    """With flat priors and one visit per move every move looks alike to a mate-in-one probe; a
+    3-ply probe proves the two rook drops that mate, and both searches' targets move onto them."""
+    ev = UniformEvaluator(64)
+    board = cshogi.Board("8k/9/7L1/7s1/9/9/9/9/4K4 b R 1")
+    n = len(list(board.legal_moves))
+    for plies, mass in ((1, 2 / n), (3, 1.0)):
+        params = GumbelParams(sims=n, considered=n, noise=False, leaf_mate_plies=plies)
+        ref, fast = _both(board, ev, params, seed=1)
+        _assert_same(ref, fast)
+        mating = [i for i, m in enumerate(fast.moves) if cshogi.move_to_usi(m) in ("R*1d", "R*2a")]
+        assert fast.policy[mating].sum() == pytest.approx(mass, abs=1e-6)
+
+
 def test_edge_arrays_grow_for_positions_with_many_moves(evaluator):
     """A position with hundreds of legal moves (drops) outgrows the initial 128 edges a node."""
     board = cshogi.Board("8k/9/9/9/9/9/9/9/K8 b RBGSNLP2r2b3g3s3n3l17p 1")

@@ -6,7 +6,7 @@ import time
 import cshogi
 import pytest
 
-from engine.search.mate import MateSearcher, mated_in_two
+from engine.search.mate import MateSearcher, leaf_mate_value, mated_in_two
 from tests.test_usi import MATE_IN_3, MATE_IN_CHECK, MATED_IN_TWO, NO_QUICK_MATE, assert_mates
 
 HANG_S = 5.0  # far beyond any deadline used here: only a search that ignores its deadline takes this
@@ -53,3 +53,12 @@ def test_deadline_and_stop_end_a_long_search_and_the_child_is_replaced(searcher)
 def test_mated_in_two_needs_every_move_to_allow_a_mate_in_one():
     assert usi(mated_in_two(cshogi.Board(MATED_IN_TWO))) == "9c9d G*1b"
     assert mated_in_two(cshogi.Board()) is None
+
+
+def test_leaf_mate_probe_sees_exactly_as_deep_as_asked():
+    board = cshogi.Board(MATE_IN_3)
+    assert [leaf_mate_value(board, plies) for plies in range(6)] == [None, None, None, 1.0, 1.0, 1.0]
+    board.push_usi("R*1d")  # White is in check and mated in two whatever it plays
+    assert [leaf_mate_value(board, plies) for plies in range(6)] == [None, None, None, 0.0, 0.0, 0.0]
+    assert leaf_mate_value(cshogi.Board(MATED_IN_TWO), 7) is None  # its own mates only, not the defence
+    assert leaf_mate_value(cshogi.Board(NO_QUICK_MATE), 7) is None

@@ -9,6 +9,7 @@ from engine.search.puct import PuctNode, PuctParams, Search, SearchControl, poli
 from engine.search.puct_tree import FastSearch
 
 MATE_IN_1 = "4k4/9/4P4/9/9/9/9/9/4K4 b G2r2b3g4s4n4l17p 1"
+MATE_IN_3 = "8k/9/7L1/7s1/9/9/9/9/4K4 b R 1"  # a rook drop, then mate in one whatever White plays
 MIDDLE_GAME = "ln1g3nl/1r1sk1g2/p1pppp1pp/1p4p2/9/2P3P2/PP1PPP1PP/1BG1K2R1/LNS2GSNL b BSs 1"
 
 
@@ -44,6 +45,16 @@ def test_tree_finds_mate_in_one_with_exact_values(evaluator, search_type):
     r = s.run(SearchControl(max_playouts=200))
     assert cshogi.move_to_usi(r.bestmove) == "G*5b"
     assert r.mate_plies == 1 and r.value == 1.0
+
+
+@both_trees
+def test_leaf_mate_probe_proves_a_mate_in_three(evaluator, search_type):
+    s = search_type(evaluator, PuctParams(leaf_mate_plies=3), batch_size=4)
+    s.set_position(MATE_IN_3, [])
+    r = s.run(SearchControl(max_playouts=256))
+    assert r.value == 1.0  # exact: the search saw every reply mated, not a network's estimate
+    s.board.push(r.bestmove)
+    assert s.board.is_check() and s.board.is_mate(2)  # R*1d or R*2a
 
 
 @both_trees

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from engine.backends.onnx_model import write_onnx
 from engine.core.network import build, preset, save_checkpoint
 from engine.core.position import check_sfen, parse_position
+from engine.core.score import value_to_eval
 from engine.play import timeman
 from engine.play.deadlines import MateClock
 from engine.play.go import DEFAULT_GO_MS, parse_go, time_budget
@@ -31,6 +32,7 @@ CHECKMATED = "4k4/4G4/4P4/9/9/9/9/9/4K4 w 2r2b3g4s4n4l17p 1"  # White to move, m
 MATE_IN_CHECK = "2gS1g1n1/L5k2/2N1L4/1ppp5/1g5P1/9/1P1P2L1L/2+r6/N1+b1KG1Nb w 3Pr3s9p 70"  # White in check
 MATED_IN_TWO = "8k/6+R2/p8/9/9/9/9/9/4K4 w G 1"  # White's one move (9c9d) allows G*1b mate; not in check
 NO_QUICK_MATE = "1n2k4/l2g1s3/p1ps1p+B2/4p1p2/9/5P1P1/PN2P1P1S/L1P6/1NK5L w RGNL3Prb2gs4p 74"  # df-pn: many s
+OPTION_DEFAULTS = {o.name: o.default for o in default_options()}
 FAST = {"DNN_Batch_Size": 4, "Backend": "torch", "PV_Interval": 100}
 
 
@@ -233,6 +235,37 @@ def test_root_mate_search_plays_the_mate(engine):
     best, _ = engine.go(byoyomi=1000, listener=infos.append)
     assert best == "R*1d"
     assert any("score mate 3" in line for line in infos)
+
+
+def test_leaf_mate_probe_option_proves_a_mate_in_the_tree(engine):
+    engine.setoption("Mate_Root_Search", 0)  # no df-pn at the root: only the tree's leaves can see it
+    try:
+        for plies, proven in ((3, True), (1, False)):
+            engine.setoption("Mate_Leaf_Search", plies)
+            engine.usinewgame()  # a fresh tree: the last search's exact leaves would be reused
+            engine.position(sfen="sfen " + MATE_IN_3)
+            infos = []
+            engine.go(nodes=256, listener=infos.append)
+            final = [line.split("score cp ")[1].split()[0] for line in infos if "score cp " in line][-1]
+            assert (int(final) == value_to_eval(1.0)) == proven, (plies, infos[-3:])
+    finally:
+        engine.setoption("Mate_Root_Search", OPTION_DEFAULTS["Mate_Root_Search"])
+        engine.setoption("Mate_Leaf_Search", OPTION_DEFAULTS["Mate_Leaf_Search"])
+
+
+def test_cpu_int8_option_loads_the_quantized_network(model):
+    engine = Engine(ENGINE)
+    try:
+        for k, v in {"DNN_Model": model, "Backend": "onnx", "CPU_Int8": "true", "DNN_Batch_Size": 4}.items():
+            engine.setoption(k, v)
+        send(engine, "isready")
+        lines = read_until(engine, "readyok")
+        assert any(line.startswith("info string backend onnx-cpu-int8") for line in lines), lines
+        engine.position(["7g7f"])
+        best, _ = engine.go(nodes=32)
+        assert_legal(["7g7f"], cshogi.STARTING_SFEN, best)
+    finally:
+        engine.quit()
 
 
 def test_nyugyoku_declaration_and_resign(engine):

@@ -166,13 +166,15 @@ def create_evaluator(
     engine_dir: str | os.PathLike | None = None,
     platform: Platform | None = None,
     activation: str | None = None,
+    int8: bool = False,
 ) -> Evaluator:
     """Build the evaluator for `model` (.pt, .onnx or TensorRT engine; None = shipped default, else a
     random-init 'small' net) and log the choice once as `info string backend ...`.
 
     threads: CPU intra-op threads; fp16: None = on for GPUs; cuda_graphs: torch CUDA only;
     engine_dir: cache for exported ONNX and built engines (default: default_cache_dir());
-    activation: relu|swish for a dlshogi checkpoint/npz that does not say (None/'auto': from the file)."""
+    activation: relu|swish for a dlshogi checkpoint/npz that does not say (None/'auto': from the file);
+    int8: on onnxruntime's CPU path, run the model quantized to int8 (engine/backends/int8.py)."""
     activation = None if activation in (None, "auto") else activation
     path = Path(model) if model is not None else default_model_path()
     if path is not None and not path.is_file():
@@ -187,9 +189,28 @@ def create_evaluator(
         else "no model given and none shipped: random-init 'small' (seed 0)"
     )
     cache = Path(engine_dir) if engine_dir is not None else None
-    ev = _build(choice, path, max_batch, device, threads, fp16, cuda_graphs, cache, log, activation)
+    ev = _build(choice, path, max_batch, device, threads, fp16, cuda_graphs, cache, log, activation, int8)
     log(f"info string backend {ev.name}: {choice.why}; {source}")
     return ev
+
+
+def _int8(
+    onnx_path: Path, cache: Path, threads: int | None, providers: list[str], log: Callable[[str], None]
+) -> Path:
+    """The int8 model of `onnx_path` (quantized once, then cached); the model itself, with a logged
+    reason, when it cannot be quantized."""
+    from engine.backends.int8 import cached_int8
+    from engine.backends.onnx_evaluator import OnnxEvaluator
+
+    def fp32(batch: int) -> OnnxEvaluator:
+        return OnnxEvaluator(onnx_path, batch, threads=threads, providers=providers)
+
+    try:
+        return cached_int8(onnx_path, cache, fp32)
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        log(f"info string int8: cannot quantize {onnx_path.name} ({first}); running it unquantized")
+        return onnx_path
 
 
 def _network(path: Path | None, activation: str | None):
@@ -209,8 +230,11 @@ def _build(
     cache: Path | None,
     log: Callable[[str], None],
     activation: str | None,
+    int8: bool,
 ) -> Evaluator:
     kind = model_kind(path)
+    if int8 and (choice.backend, choice.device) != ("onnx", "cpu"):
+        log(f"info string int8 runs on the onnx backend on a CPU, not {choice.backend} on {choice.device}")
     if choice.backend == "torch":
         from engine.backends.torch_evaluator import TorchEvaluator
 
@@ -227,7 +251,10 @@ def _build(
             from engine.backends.onnx_model import cached_onnx
 
             onnx_path = cached_onnx(_network(path, activation), path, cache or default_cache_dir())
-        return OnnxEvaluator(onnx_path, max_batch, threads=threads, providers=list(choice.providers))
+        providers = list(choice.providers)
+        if int8 and choice.device == "cpu":
+            onnx_path = _int8(onnx_path, cache or default_cache_dir(), threads, providers, log)
+        return OnnxEvaluator(onnx_path, max_batch, threads=threads, providers=providers)
     from engine.backends.trt_build import build_cached_engine, has_fp16_flag, import_tensorrt
     from engine.backends.trt_evaluator import TrtEvaluator
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.backends.evaluator import Evaluator
+from engine.backends.int8 import PRECISION_KEY
 from engine.backends.io_spec import INPUT_NAMES, OUTPUT_NAMES, TensorSpec, check_convention
 from engine.errors import UserError
 
@@ -73,7 +74,9 @@ class OnnxEvaluator(Evaluator):
         self.fp16 = types["input1"] == np.float16
         self.provider = self.session.get_providers()[0]
         short = self.provider.removesuffix("ExecutionProvider").lower()
-        self.name = f"onnx-{short}" + ("-fp16" if self.fp16 else "") + (f"-t{threads}" if threads else "")
+        quantized = self.session.get_modelmeta().custom_metadata_map.get(PRECISION_KEY) == "int8"
+        precision = "-int8" if quantized else "-fp16" if self.fp16 else ""
+        self.name = f"onnx-{short}{precision}" + (f"-t{threads}" if threads else "")
 
     def _run(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         feeds = {

@@ -172,7 +172,7 @@ def build_cached_engine(
 ) -> Path:
     """Return the engine for this ONNX/GPU/TensorRT/batch/precision, building it only when no valid
     cached one exists. The key's model hash covers the ONNX file and its external weights."""
-    from engine.backends.onnx_model import onnx_sha256
+    from engine.backends.onnx_files import onnx_sha256
 
     onnx_path = Path(onnx_path)
     if not onnx_path.is_file():

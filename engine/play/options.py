@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.backends.choose import BACKENDS, default_model_path
-from engine.search.mate import MAX_DEPTH
+from engine.search.mate import MAX_DEPTH, MAX_LEAF_PLIES
 from engine.search.puct import SEARCH_MODES, PuctParams
 
 ENGINE_NAME = "GumbelShogi"
@@ -70,6 +70,7 @@ def default_options() -> list[Option]:
         Option("DNN_Activation", "combo", "auto", choices=("auto", "relu", "swish")),
         Option("Backend", "combo", "auto", choices=BACKENDS),
         Option("Threads", "spin", 0, 0, 256),  # CPU inference threads (0: the runtime's default)
+        Option("CPU_Int8", "check", True),  # onnxruntime on a CPU: the network quantized to int8
         Option("DNN_Batch_Size", "spin", 32, 1, 1024),
         Option("Search_Mode", "combo", "puct", choices=SEARCH_MODES),
         Option("Gumbel_Simulations", "spin", 64, 2, 100000),
@@ -92,6 +93,7 @@ def default_options() -> list[Option]:
         Option("PV_Interval", "spin", 500, 0, big),
         Option("Mate_Root_Search", "spin", 33, 0, MAX_DEPTH),  # df-pn depth at the root; 0 = off
         Option("Mate_Root_Nodes", "spin", 100000, 1000, big),
+        Option("Mate_Leaf_Search", "spin", 5, 0, MAX_LEAF_PLIES),  # plies probed at each new leaf; 0 = off
         Option("Const_Playout", "spin", 0, 0, big),
         Option("UCT_NodeLimit", "spin", 2_000_000, 1000, big),
         Option("ReuseSubtree", "check", True),
@@ -113,6 +115,7 @@ def search_params(values: dict[str, Any]) -> PuctParams:
         draw_value_white=v["Draw_Value_White"] / 1000,
         max_moves=v["Draw_Ply"] or None,
         node_limit=v["UCT_NodeLimit"],
+        leaf_mate_plies=v["Mate_Leaf_Search"],
         mode=v["Search_Mode"],
         gumbel_considered=v["Gumbel_Considered"],
         gumbel_noise=v["Gumbel_Noise"],

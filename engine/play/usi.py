@@ -214,13 +214,14 @@ class UsiEngine:
             self.values["DNN_Batch_Size"],
             self.values["Threads"],
             self.values["DNN_Activation"],
+            self.values["CPU_Int8"],
         )
         if key == self._loaded_key:
             return self.evaluator
         if self.evaluator is not None:
             self.evaluator.close()
         self.evaluator, self.search, self._loaded_key = None, None, key
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"int8": key[5]}
         if self.values["Threads"] and "threads" in inspect.signature(create_evaluator).parameters:
             kwargs["threads"] = self.values["Threads"]
         try:
@@ -237,9 +238,7 @@ class UsiEngine:
             return None
         self.load_error = None
         self.evaluator = timed
-        from engine.search.puct_tree import (
-            FastSearch,  # numba: loaded (kernels compiled) at isready, after usiok
-        )
+        from engine.search.puct_tree import FastSearch  # numba: compiled at isready, after usiok
 
         self.search = FastSearch(timed, search_params(self.values), batch_size=key[2])
         return timed

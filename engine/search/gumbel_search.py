@@ -9,8 +9,9 @@ actions get visited) descend together, since distinct root actions have disjoint
 the sequential steps per move from n + 1 to about half, so fewer parallel games fill a batch.
 
 Leaf values are exact where the rules decide (`engine.core.rules.terminal`: mate, nyugyoku declaration,
-repetition, move limit) and for positions with a mate in one for the side to move (value 1); only the
-rest go to the network, through the shared cache (engine.search.eval_cache).
+repetition, move limit) and where the leaf mate probe (`engine.search.mate.leaf_mate_value`, a mate in
+one by default) decides them; only the rest go to the network, through the shared cache
+(engine.search.eval_cache).
 
 This object-per-node version is the readable reference: self-play and the USI engine's gumbel mode
 run engine.search.gumbel_tree.TreeSearch (flat arrays, numba), which tests hold to the same moves and
@@ -31,6 +32,7 @@ from engine.core.moves import labels_from_move16
 from engine.core.rules import DEFAULT_MAX_MOVES, terminal
 from engine.search import gumbel
 from engine.search.eval_cache import EvalCache
+from engine.search.mate import leaf_mate_value
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class GumbelParams:
     max_moves: int | None = DEFAULT_MAX_MOVES
     draw_value: float = 0.5  # a draw's value for the side to move at the root (1 - it for the other)
     noise: bool = True  # Gumbel noise at the root (self-play explores; play may turn it off)
+    leaf_mate_plies: int = 1  # mate probe at each new leaf (engine.search.mate.leaf_mate_value)
 
 
 class LeafBatch:
@@ -74,7 +77,7 @@ class LeafBatch:
 
 
 class GumbelNode:
-    """A position in the tree. `exact` is set for positions the rules (or a mate in one) decide;
+    """A position in the tree. `exact` is set for positions the rules (or the leaf mate probe) decide;
     otherwise the legal moves carry prior logits and per-action visits child_n and value sums child_w
     (from this node's side to move), as engine.search.puct.PuctNode."""
 
@@ -156,8 +159,8 @@ class GumbelSearch:
             if end is not None:
                 node.exact = end.value(board.turn, self._draw_value(board.turn, root_turn))
                 return node
-            if not board.is_check() and board.mate_move_in_1ply():
-                node.exact = 1.0
+            node.exact = leaf_mate_value(board, self.params.leaf_mate_plies)
+            if node.exact is not None:
                 return node
         node.expand(board)
         cached = self.cache.get(node.key)

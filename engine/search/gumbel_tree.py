@@ -26,6 +26,7 @@ from engine.search import gumbel
 from engine.search import tree_kernels as tk
 from engine.search.eval_cache import EvalCache
 from engine.search.gumbel_search import GumbelParams, GumbelResult, LeafBatch, search_position
+from engine.search.mate import leaf_mate_value
 
 _NO_LOGITS = np.empty(0, dtype=np.float32)
 _NO_MOVES = np.empty(0, dtype=np.int32)
@@ -230,10 +231,8 @@ class SearchGroup:
                     if end is not None:
                         turn = board.turn
                         exact = end.value(turn, p.draw_value if turn == root_turn else 1.0 - p.draw_value)
-                    elif not board.is_check() and board.mate_move_in_1ply():
-                        exact = 1.0
                     else:
-                        exact = None
+                        exact = leaf_mate_value(board, p.leaf_mate_plies)
                 else:
                     legal, exact = board.legal_moves, None
                 if exact is not None:

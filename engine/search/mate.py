@@ -26,6 +26,7 @@ from functools import partial
 import cshogi
 
 MAX_DEPTH = 37
+MAX_LEAF_PLIES = 7  # the deepest mate probe a search leaf may make (cshogi's fixed-depth search)
 MAX_NODES = 2**32 - 1  # cshogi's own "no limit"
 POLL_S = 0.005  # how often a waiting search looks at its deadline and stop flag
 INITIAL_NODES_PER_S = 100_000  # the slow end of what df-pn reaches on one loaded core
@@ -41,6 +42,18 @@ class MateResult:
     pv: list[int] | None
     proven_none: bool = False
     error: str | None = None  # the child failed: say so once, search goes on without mates
+
+
+def leaf_mate_value(board: cshogi.Board, plies: int) -> float | None:
+    """1.0 when the side to move mates within `plies` plies, 0.0 when it is in check and mated within
+    `plies - 1`, else None. cshogi's fixed-depth searches (dlshogi's mateMoveInOddPly/EvenPly) cost
+    microseconds, so a search can ask at every new leaf; a network misjudges such tactics most.
+    An even `plies` searches the odd depth below it; 0 asks nothing."""
+    if board.is_check():
+        return 0.0 if plies >= 3 and board.is_mate((plies - 1) & ~1) else None
+    if plies >= 1 and board.mate_move_in_1ply():
+        return 1.0
+    return 1.0 if plies >= 3 and board.mate_move((plies - 1) | 1) else None
 
 
 def mated_in_two(board: cshogi.Board) -> list[int] | None:

@@ -4,8 +4,9 @@ Each node keeps its children's statistics in small numpy arrays (visits, value s
 selection step is a handful of vector operations. Leaves are collected with virtual loss into one
 batch and evaluated by a single `Evaluator.evaluate(n)` call; positions already evaluated come from a
 cache keyed by the position hash. Terminal positions (mate, repetition, nyugyoku, move limit) and
-1-ply mates get exact values instead of the network's. The tree is walked by pushing and popping
-moves on one cshogi Board that holds the game's history, so repetitions before the root count.
+leaves a short mate probe decides get exact values instead of the network's. The tree is walked by
+pushing and popping moves on one cshogi Board that holds the game's history, so repetitions before
+the root count.
 
 Values are win probabilities. `PuctNode.w` and `child_w` are sums from the point of view of the side to
 move at that node (q(a) = the mover's expected result after playing a), as in dlshogi.
@@ -32,6 +33,7 @@ from engine.core.rules import terminal
 from engine.search import gumbel
 from engine.search.eval_cache import EvalCache
 from engine.search.gumbel_search import GumbelParams, GumbelResult, search_position
+from engine.search.mate import leaf_mate_value
 
 SEARCH_MODES = ("puct", "gumbel", "policy")
 
@@ -50,6 +52,7 @@ class PuctParams:
     draw_value_black: float = 0.5  # value of a draw for the engine when it plays Black
     draw_value_white: float = 0.5
     repetition_ply: int = 16  # how far back the tree looks for repetitions (cshogi is_draw(ply))
+    leaf_mate_plies: int = 5  # mate probe at each new leaf (engine.search.mate.leaf_mate_value)
     max_moves: int | None = None  # game length at which the game is drawn (None: no limit)
     node_limit: int = 2_000_000  # stop growing the tree past this many nodes
     cache_size: int = 1_000_000  # NN results kept by position hash
@@ -203,15 +206,14 @@ class Search:
         return mine if turn == self._root_color else 1.0 - mine
 
     def _exact_value(self) -> tuple[float, bool] | None:
-        """The board's value for the side to move if the game ends here (or it mates in one), and
-        whether the previous mover won by it; None if the network must judge."""
+        """The board's value for the side to move if the game ends here (or the leaf mate probe decides
+        it), and whether the previous mover won by it; None if the network must judge."""
         board = self.board
         t = terminal(board, max_moves=self.params.max_moves, repetition_ply=self.params.repetition_ply)
         if t is not None:
             return t.value(board.turn, self._draw_value(board.turn)), t.winner not in (None, board.turn)
-        if not board.is_check() and board.mate_move_in_1ply():
-            return 1.0, False
-        return None
+        mate = leaf_mate_value(board, self.params.leaf_mate_plies)
+        return None if mate is None else (mate, False)
 
     def _exact(self, node: PuctNode, parent: PuctNode | None, idx: int) -> bool:
         """Decide `node` (the board is at it) without the network if the game ends here."""
@@ -244,7 +246,17 @@ class Search:
                 logits, v = policy[0][labels], float(value[0])
                 self.cache.put(self.board.zobrist_hash(), moves, logits, v)
                 root.expand(moves, logits.astype(np.float64), v, self.params.softmax_temperature)
+            root.win_idx = self._mate_in_one(root.moves)
         return root
+
+    def _mate_in_one(self, moves: np.ndarray) -> int:
+        """The index in `moves` of a move that mates at once from the board's position, else -1. A leaf
+        that can mate is decided by its probe and never expanded: only the root needs this, or a search
+        whose other moves all lose fast spreads its visits by prior and may never try the mate."""
+        board = self.board
+        mate = 0 if board.is_check() else board.mate_move_in_1ply()
+        hit = np.flatnonzero(moves == mate) if mate else ()
+        return int(hit[0]) if len(hit) else -1
 
     # ----- the search -----
 
@@ -397,7 +409,7 @@ class Search:
         params = GumbelParams(
             sims=control.max_playouts or 64, considered=p.gumbel_considered, c_visit=p.gumbel_c_visit,
             c_scale=p.gumbel_c_scale, max_moves=p.max_moves, draw_value=self._draw_value(board.turn),
-            noise=p.gumbel_noise,
+            noise=p.gumbel_noise, leaf_mate_plies=p.leaf_mate_plies,
         )  # fmt: skip
 
         def stop() -> bool:

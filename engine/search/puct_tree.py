@@ -187,6 +187,8 @@ class FastSearch(Search):
                 self._expand(root, moves.astype(np.int32), logits, v)
             else:
                 self._expand(root, hit.moves, hit.logits, hit.value)
+            t = self.tree
+            t.win_idx[root] = self._mate_in_one(t.move[t.first[root] : t.first[root] + t.count[root]])
         return self.root
 
     def _leaf(self, node: int, parent: int, idx: int, queued: list, length: int) -> bool:

@@ -10,6 +10,7 @@ from engine.backends.evaluator import Evaluator
 from engine.errors import UserError
 from engine.fileio import check_output_dir
 from engine.search.gumbel_search import GumbelParams
+from engine.search.mate import MAX_LEAF_PLIES
 from engine.selfplay.writer import FORMATS
 from engine.usi_client import DEFAULT_MOVE_TIMEOUT, EngineSpec
 
@@ -30,6 +31,7 @@ class SelfPlayConfig:
     c_visit: float = 50.0
     c_scale: float = 1.0
     max_moves: int = 320
+    leaf_mate_plies: int = 1  # mate probe at each new leaf (engine.search.mate.leaf_mate_value)
     random_plies: int = 0
     temperature: float = 1.0
     resign_threshold: float = 0.0  # resign when the root value drops below this; 0 never resigns
@@ -65,6 +67,7 @@ class SelfPlayConfig:
             (self.considered >= 1, "--considered must be >= 1"),
             (self.c_visit >= 0 and self.c_scale >= 0, "--c-visit and --c-scale must be >= 0"),
             (self.max_moves >= 1, "--max-moves must be >= 1"),
+            (0 <= self.leaf_mate_plies <= MAX_LEAF_PLIES, f"--leaf-mate must be 0..{MAX_LEAF_PLIES}"),
             (self.random_plies >= 0, "--random-plies must be >= 0"),
             (self.temperature > 0, "--temperature must be > 0"),
             (0 <= self.resign_threshold < 1, "--resign-threshold must be in [0, 1)"),
@@ -109,7 +112,10 @@ class SelfPlayConfig:
         return self.usi_engine is not None and self.usi_fraction > 0
 
     def search_params(self) -> GumbelParams:
-        return GumbelParams(self.sims, self.considered, self.c_visit, self.c_scale, self.max_moves)
+        return GumbelParams(
+            self.sims, self.considered, self.c_visit, self.c_scale, self.max_moves,
+            leaf_mate_plies=self.leaf_mate_plies,
+        )  # fmt: skip
 
 
 EvaluatorFactory = Callable[[int], Evaluator]  # max_batch -> evaluator (picklable for the server)
