@@ -48,8 +48,8 @@ def agreement(fp32, int8, sfens: list[str], x1: np.ndarray, x2: np.ndarray) -> d
     }
 
 
-def playouts_per_second(ev, seconds: float) -> float:
-    search = FastSearch(ev, PuctParams(leaf_mate_plies=5), batch_size=ev.max_batch)
+def playouts_per_second(ev, seconds: float, batch: int = 32) -> float:
+    search = FastSearch(ev, PuctParams(leaf_mate_plies=5), batch_size=batch)
     search.set_position(MIDDLE_GAME, [])
     search.evaluate_root()
     control = SearchControl()
@@ -64,27 +64,24 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3.0)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as cache:
-        quiet = {"log": lambda m: None, "engine_dir": cache, "backend": "onnx"}
-        fp32 = create_evaluator(a.model, max_batch=64, **quiet)
-        int8 = create_evaluator(a.model, max_batch=64, int8=True, **quiet)
+        quiet = {"log": lambda m: None, "engine_dir": cache, "backend": "onnx", "max_batch": 64}
+        fp32 = create_evaluator(a.model, **quiet)
         rows = list(own_games(fp32, games=32, plies=64, seed=1))
         sfens = [s for r in rows for s in r[0]]
         x1, x2 = np.concatenate([r[1] for r in rows]), np.concatenate([r[2] for r in rows])
-        print(
-            f"{'model':<16}"
-            + "".join(f"{f'batch {b} pos/s':>18}" for b in (8, 32, 64))
-            + f"{'playouts/s':>14}"
-        )
-        for name, ev in (("fp32 (baseline)", fp32), ("int8", int8)):
-            ev32 = create_evaluator(a.model, max_batch=32, int8=ev is int8, **quiet)
-            rates = [positions_per_second(ev, x1, x2, b, a.seconds) for b in (8, 32, 64)]
-            print(
-                f"{name:<16}"
-                + "".join(f"{r:>18,.0f}" for r in rates)
-                + f"{playouts_per_second(ev32, a.seconds):>14,.0f}"
-            )
-            ev32.close()
+        int8 = create_evaluator(a.model, int8=True, **quiet)
         agree = agreement(fp32, int8, sfens, x1, x2)
+        fp32.close()
+        int8.close()
+        header = "".join(f"{f'batch {b} pos/s':>18}" for b in (8, 32, 64))
+        print(f"{'model':<16}{header}{'playouts/s':>14}")
+        for name, quantized in (("fp32 (baseline)", False), ("int8", True)):
+            # one session at a time: an idle onnxruntime session's spinning threads would slow the other
+            ev = create_evaluator(a.model, int8=quantized, **quiet)
+            rates = [positions_per_second(ev, x1, x2, b, a.seconds) for b in (8, 32, 64)]
+            nps = playouts_per_second(ev, a.seconds)
+            print(f"{name:<16}" + "".join(f"{r:>18,.0f}" for r in rates) + f"{nps:>14,.0f}")
+            ev.close()
         print(
             f"agreement on {len(sfens)} positions of its own games: top-1 move {agree['top1']:.3f}, "
             f"KL {agree['kl']:.4f}, value |diff| {agree['value_mae']:.4f}"
