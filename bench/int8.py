@@ -25,7 +25,8 @@ from engine.backends.choose import create_evaluator  # noqa: E402
 from engine.backends.int8 import own_games  # noqa: E402
 from engine.core.moves import legal_moves_and_labels  # noqa: E402
 from engine.search import gumbel  # noqa: E402
-from engine.search.puct import PuctParams, SearchControl  # noqa: E402
+from engine.search.control import SearchControl  # noqa: E402
+from engine.search.puct import PuctParams  # noqa: E402
 from engine.search.puct_tree import FastSearch  # noqa: E402
 
 MIDDLE_GAME = "ln1g3nl/1r1sk1g2/p1pppp1pp/1p4p2/9/2P3P2/PP1PPP1PP/1BG1K2R1/LNS2GSNL b BSs 1"

@@ -21,8 +21,9 @@ from bench.search_ceiling import playout_rates  # noqa: E402
 from engine.backends.choose import create_evaluator  # noqa: E402
 from engine.backends.evaluator import Evaluator  # noqa: E402
 from engine.core.features import FEATURES2_NUM  # noqa: E402
+from engine.search.control import SearchControl  # noqa: E402
 from engine.search.gumbel_tree import warm_up  # noqa: E402
-from engine.search.puct import PuctParams, SearchControl  # noqa: E402
+from engine.search.puct import PuctParams  # noqa: E402
 from engine.search.puct_tree import FastSearch  # noqa: E402
 from engine.selfplay.config import SelfPlayConfig  # noqa: E402
 from engine.selfplay.processes import run_selfplay  # noqa: E402

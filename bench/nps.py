@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cshogi  # noqa: E402
 
 from engine.backends.choose import create_evaluator  # noqa: E402
-from engine.search.puct import PuctParams, Search, SearchControl  # noqa: E402
+from engine.search.control import SearchControl  # noqa: E402
+from engine.search.puct import PuctParams, Search  # noqa: E402
 
 POSITIONS = {
     "startpos": (cshogi.STARTING_SFEN, []),

@@ -4,8 +4,9 @@ import pytest
 
 from engine.backends.torch_evaluator import TorchEvaluator
 from engine.core.network import build, preset
+from engine.search.control import SearchControl
 from engine.search.gumbel_search import GumbelParams, search_position
-from engine.search.puct import PuctNode, PuctParams, Search, SearchControl, policy_move, puct_select
+from engine.search.puct import PuctNode, PuctParams, Search, policy_move, puct_select
 from engine.search.puct_tree import FastSearch
 
 MATE_IN_1 = "4k4/9/4P4/9/9/9/9/9/4K4 b G2r2b3g4s4n4l17p 1"

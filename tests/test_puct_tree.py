@@ -8,7 +8,8 @@ import pytest
 import engine.search.puct_tree
 from engine.backends.torch_evaluator import TorchEvaluator
 from engine.core.network import build, preset
-from engine.search.puct import PuctParams, Search, SearchControl
+from engine.search.control import SearchControl
+from engine.search.puct import PuctParams, Search
 from engine.search.puct_tree import FastSearch
 
 MATE_IN_1 = "4k4/9/4P4/9/9/9/9/9/4K4 b G2r2b3g4s4n4l17p 1"

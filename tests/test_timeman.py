@@ -11,7 +11,7 @@ from engine.play.timeman import (
     root_mate_ms,
     simulations_for,
 )
-from engine.search.puct import can_stop_early
+from engine.search.control import can_stop_early
 
 ms = st.integers(min_value=0, max_value=3_600_000)
 

@@ -21,7 +21,7 @@ from engine.play import timeman
 from engine.play.deadlines import MateClock
 from engine.play.go import DEFAULT_GO_MS, parse_go, time_budget
 from engine.play.options import default_options
-from engine.search.puct import SearchControl
+from engine.search.control import SearchControl
 from tests.usi_helpers import save_material_model, write_random_engine
 
 ENGINE = str(Path(__file__).resolve().parent.parent / "bin" / "usi_engine")
@@ -93,7 +93,8 @@ def test_handshake_lists_every_option(engine):
     for o in default_options():
         assert o.usi_line() in lines
         assert f"type {o.type}" in o.usi_line()
-    assert "option name DNN_Batch_Size type spin default 32 min 1 max 1024" in lines
+    assert "option name DNN_Batch_Size type spin default 16 min 1 max 1024" in lines
+    assert "option name UCT_Threads type spin default 2 min 1 max 16" in lines
 
 
 @pytest.mark.parametrize(
@@ -264,6 +265,28 @@ def test_cpu_int8_option_loads_the_quantized_network(model):
         engine.position(["7g7f"])
         best, _ = engine.go(nodes=32)
         assert_legal(["7g7f"], cshogi.STARTING_SFEN, best)
+    finally:
+        engine.quit()
+
+
+def test_uct_threads_keeps_that_many_batches_in_flight(model):
+    engine = Engine(ENGINE)
+    try:
+        for k, v in {"DNN_Model": model, "Backend": "onnx", "UCT_Threads": 3, "DNN_Batch_Size": 4}.items():
+            engine.setoption(k, v)
+        send(engine, "isready")
+        lines = read_until(engine, "readyok")
+        assert "info string UCT_Threads 3: 3 batches in flight of 4 positions, Threads 1 each" in lines, lines
+        assert sum(line.startswith("info string backend ") for line in lines) == 1  # said once, not per slot
+        engine.position(["7g7f"])
+        best, _ = engine.go(byoyomi=300)
+        assert_legal(["7g7f"], cshogi.STARTING_SFEN, best)
+        engine.setoption("UCT_Threads", 1)  # reloads: one evaluator, the runtime's own threads
+        send(engine, "go nodes 64")
+        lines = read_until(engine, "bestmove")
+        assert not any("UCT_Threads" in line for line in lines), lines
+        assert any(line.startswith("info string backend onnx-cpu") for line in lines), lines
+        assert_legal(["7g7f"], cshogi.STARTING_SFEN, lines[-1].split()[1])
     finally:
         engine.quit()
 

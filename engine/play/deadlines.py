@@ -9,7 +9,7 @@ import numpy as np
 
 from engine.backends.evaluator import Evaluator
 from engine.play import timeman
-from engine.search.puct import SearchControl
+from engine.search.control import SearchControl
 
 
 class TimedEvaluator(Evaluator):

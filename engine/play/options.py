@@ -69,9 +69,10 @@ def default_options() -> list[Option]:
         # a dlshogi checkpoint/npz does not record relu or swish; auto: from the file (name), else an error
         Option("DNN_Activation", "combo", "auto", choices=("auto", "relu", "swish")),
         Option("Backend", "combo", "auto", choices=BACKENDS),
-        Option("Threads", "spin", 0, 0, 256),  # CPU inference threads (0: the runtime's default)
+        Option("Threads", "spin", 0, 0, 256),  # inference threads per UCT thread (0: the cores shared)
         Option("CPU_Int8", "check", True),  # onnxruntime on a CPU: the network quantized to int8
-        Option("DNN_Batch_Size", "spin", 32, 1, 1024),
+        Option("DNN_Batch_Size", "spin", 16, 1, 1024),  # per UCT thread
+        Option("UCT_Threads", "spin", 2, 1, 16),  # batches in flight, each with its own evaluator
         Option("Search_Mode", "combo", "puct", choices=SEARCH_MODES),
         Option("Gumbel_Simulations", "spin", 64, 2, 100000),
         Option("Gumbel_Considered", "spin", 16, 2, 64),

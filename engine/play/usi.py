@@ -20,7 +20,6 @@ working DNN_Model is set.
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import re
 import sys
@@ -35,7 +34,6 @@ from typing import IO, Any, NoReturn
 import cshogi
 import numpy as np
 
-from engine.backends.choose import create_evaluator
 from engine.backends.evaluator import Evaluator
 from engine.core.features import fill_features
 from engine.core.moves import legal_moves_and_labels
@@ -45,9 +43,11 @@ from engine.paths import REPO_ROOT
 from engine.play import timeman
 from engine.play.deadlines import MateClock, TimedEvaluator
 from engine.play.go import GoCommand, parse_go, time_budget
+from engine.play.network import load_evaluators
 from engine.play.options import ENGINE_AUTHOR, ENGINE_NAME, default_options, search_params
+from engine.search.control import PuctResult, SearchControl
 from engine.search.mate import MAX_DEPTH, MateResult, MateSearcher, mated_in_two
-from engine.search.puct import PuctResult, Search, SearchControl, policy_move
+from engine.search.puct import Search, policy_move
 
 # ----- the engine -----
 
@@ -76,6 +76,7 @@ class UsiEngine:
         self.mate = MateSearcher()
         self._mate_error: str | None = None  # shown once, not at every move
         self.evaluator: Evaluator | None = None
+        self.spares: list[Evaluator] = []  # UCT_Threads beyond the first
         self._loaded_key: tuple | None = None
         self.load_error: str | None = None
         self.search: Search | None = None
@@ -207,40 +208,27 @@ class UsiEngine:
         return path if path.is_absolute() else (self.engine_dir / path).resolve()
 
     def _ensure_evaluator(self) -> Evaluator | None:
-        """(Re)load the network when model/backend/batch/threads changed; errors become info strings."""
-        key = (
-            self._model_path(),
-            self.values["Backend"],
-            self.values["DNN_Batch_Size"],
-            self.values["Threads"],
-            self.values["DNN_Activation"],
-            self.values["CPU_Int8"],
-        )
+        """(Re)load the network when an option it depends on changed; errors become info strings."""
+        names = ("Backend", "DNN_Batch_Size", "Threads", "DNN_Activation", "CPU_Int8", "UCT_Threads")
+        key = (self._model_path(), *(self.values[n] for n in names))
         if key == self._loaded_key:
             return self.evaluator
+        for ev in self.spares:
+            ev.close()
         if self.evaluator is not None:
             self.evaluator.close()
-        self.evaluator, self.search, self._loaded_key = None, None, key
-        kwargs: dict[str, Any] = {"int8": key[5]}
-        if self.values["Threads"] and "threads" in inspect.signature(create_evaluator).parameters:
-            kwargs["threads"] = self.values["Threads"]
+        self.evaluator, self.spares, self.search, self._loaded_key = None, [], None, key
         try:
-            ev = create_evaluator(
-                key[0], backend=key[1], max_batch=key[2], log=self.info_string, activation=key[4], **kwargs
-            )
-            ev.evaluate(1)  # warm up: first calls allocate, compile, autotune
-            ev.evaluate(ev.max_batch)
-            timed = TimedEvaluator(ev)
-            timed.evaluate(timed.max_batch)  # a first measure of a full batch's time
+            timed, *spares = load_evaluators(key[0], self.values, self.info_string)
         except Exception as e:
             self.load_error = f"DNN_Model {key[0] or '(default)'}: {_one_line(e)}"
             self.error(self.load_error)
             return None
         self.load_error = None
-        self.evaluator = timed
+        self.evaluator, self.spares = timed, spares
         from engine.search.puct_tree import FastSearch  # numba: compiled at isready, after usiok
 
-        self.search = FastSearch(timed, search_params(self.values), batch_size=key[2])
+        self.search = FastSearch(timed, search_params(self.values), batch_size=key[2], spares=spares)
         return timed
 
     # ----- go -----
@@ -375,9 +363,9 @@ class UsiEngine:
 
     def _note_gumbel_rate(self, simulations: int, seconds: float) -> None:
         """Fold a finished gumbel search's speed into the rate the next budget is planned with."""
-        if simulations < 16 or seconds < 0.02:
-            return  # too short to time (a forced move, a stopped search)
-        rate = simulations / seconds
+        if simulations < 16:
+            return  # a forced move, a stopped search
+        rate = simulations / max(seconds, 0.02)  # too fast to time: at least this fast
         self._gumbel_rate = rate if self._gumbel_rate is None else 0.5 * (self._gumbel_rate + rate)
 
     def _root_mate(self, t: _Thinking, board: cshogi.Board, clock: MateClock) -> list[int] | None:

@@ -3,7 +3,8 @@
 Each node keeps its children's statistics in small numpy arrays (visits, value sums, priors), so a
 selection step is a handful of vector operations. Leaves are collected with virtual loss into one
 batch and evaluated by a single `Evaluator.evaluate(n)` call; positions already evaluated come from a
-cache keyed by the position hash. Terminal positions (mate, repetition, nyugyoku, move limit) and
+cache keyed by the position hash. Given more than one evaluator, the search keeps a batch in flight
+for each (engine.search.inflight). Terminal positions (mate, repetition, nyugyoku, move limit) and
 leaves a short mate probe decides get exact values instead of the network's. The tree is walked by
 pushing and popping moves on one cshogi Board that holds the game's history, so repetitions before
 the root count.
@@ -20,19 +21,21 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import cshogi
 import numpy as np
 
-from engine.backends.evaluator import Evaluator
+from engine.backends.evaluator import Evaluator, Outputs
 from engine.core.features import fill_features
 from engine.core.moves import legal_moves_and_labels
 from engine.core.rules import terminal
 from engine.search import gumbel
+from engine.search.control import PuctResult, SearchControl, can_stop_early
 from engine.search.eval_cache import EvalCache
 from engine.search.gumbel_search import GumbelParams, GumbelResult, search_position
+from engine.search.inflight import InFlight
 from engine.search.mate import leaf_mate_value
 
 SEARCH_MODES = ("puct", "gumbel", "policy")
@@ -96,11 +99,6 @@ class PuctNode:
         return np.where(n > 0, self.child_w / np.maximum(n, 1), self.value)
 
 
-def can_stop_early(best_visits: int, second_visits: int, remaining_playouts: float) -> bool:
-    """The most visited move cannot be overtaken by the playouts we can still afford."""
-    return best_visits - second_visits > remaining_playouts
-
-
 def puct_select(node: PuctNode, c_init: float, c_base: float, c_fpu_reduction: float) -> int:
     """dlshogi's PUCT: q + c(N) * P * sqrt(N) / (1 + n), unvisited children at the parent's value less
     an FPU reduction that grows with the prior mass already visited."""
@@ -115,42 +113,24 @@ def puct_select(node: PuctNode, c_init: float, c_base: float, c_fpu_reduction: f
     return int(np.argmax(q + c * u * node.priors))
 
 
-@dataclass
-class SearchControl:
-    """When to stop; the USI layer may change it during the search (ponderhit, stop).
-
-    Deadlines are time.monotonic() seconds; while `infinite` is set only `stopped` and the node
-    limit end the search."""
-
-    stopped: bool = False
-    infinite: bool = False
-    target: float | None = None
-    hard: float | None = None
-    max_playouts: int | None = None
-    start: float = field(default_factory=time.monotonic)
-
-
-@dataclass
-class PuctResult:
-    bestmove: int | None  # None: no legal move
-    ponder: int | None
-    value: float  # for the side to move at the root
-    pv: list[int]
-    playouts: int
-    nodes: int
-    depth: int
-    seldepth: int
-    elapsed: float
-    mate_plies: int | None = None  # a forced win found in the tree, in plies
-
-
 class Search:
     """One search tree, kept between moves so a descendant position reuses its subtree."""
 
-    def __init__(self, evaluator: Evaluator, params: PuctParams | None = None, batch_size: int | None = None):
-        self.ev = evaluator
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        params: PuctParams | None = None,
+        batch_size: int | None = None,
+        spares: Sequence[Evaluator] = (),
+    ) -> None:
+        """`spares`: more evaluators of the same network, each with its own buffers: the search then keeps
+        1 + len(spares) batches in flight (engine.search.inflight)."""
+        self.slots = [evaluator, *spares]
+        if any(e.input2 != evaluator.input2 for e in spares):
+            raise ValueError("spare evaluators must run the same network (input2 differs)")
+        self.ev = evaluator  # the slot whose buffers the next batch is collected into
         self.params = params or PuctParams()
-        self.batch_size = min(batch_size or evaluator.max_batch, evaluator.max_batch)
+        self.batch_size = min(batch_size or evaluator.max_batch, *(e.max_batch for e in self.slots))
         self.board = cshogi.Board()
         self.cache = EvalCache(self.params.cache_size)
         self.root: PuctNode | None = None
@@ -332,12 +312,20 @@ class Search:
                 break
         return queued, done
 
-    def _run_batch(self) -> int:
+    def _step(self, calls: InFlight) -> int:
+        """A batch collected into the free slot and its call started; the oldest call finished once every
+        slot is busy, or when nothing new was queued. Returns the playouts completed."""
+        self.ev = calls.free
         queued, done = self._collect()
         if queued:
-            policy, value = self.ev.evaluate(len(queued))
-            self._expand_batch(queued, policy, value)
-        return done + len(queued)
+            calls.start(queued)
+        if calls and (calls.full or not queued):
+            done += self._finish(*calls.finish_oldest())
+        return done
+
+    def _finish(self, queued: list, outputs: Outputs) -> int:
+        self._expand_batch(queued, *outputs)
+        return len(queued)
 
     def _expand_batch(self, queued: list, policy: np.ndarray, value: np.ndarray) -> None:
         """The evaluated leaves (row i of `policy`/`value` is queued[i]): expanded, cached, backed up."""
@@ -387,13 +375,24 @@ class Search:
         self.seldepth = 0
         playouts = 0
         next_info = time.monotonic() + info_interval
-        while len(root.moves) and not self._should_stop(
-            control, playouts, playouts / max(time.monotonic() - control.start, 1e-3)
-        ):
-            playouts += self._run_batch()
-            if on_info is not None and info_interval > 0 and time.monotonic() >= next_info:
-                on_info(self.result(control))
-                next_info = time.monotonic() + info_interval
+        with InFlight(self.slots) as calls:
+            try:
+                while len(root.moves) and not self._should_stop(
+                    control, playouts, playouts / max(time.monotonic() - control.start, 1e-3)
+                ):
+                    playouts += self._step(calls)
+                    if on_info is not None and info_interval > 0 and time.monotonic() >= next_info:
+                        on_info(self.result(control))
+                        next_info = time.monotonic() + info_interval
+                while calls:
+                    playouts += self._finish(*calls.finish_oldest())
+            except BaseException:
+                self.root = self.root_key = (
+                    None  # leaves of unfinished calls hold virtual losses: drop the tree
+                )
+                raise
+            finally:
+                self.ev = self.slots[0]
         return self.result(control)
 
     def _run_gumbel(self, control: SearchControl, rng: np.random.Generator) -> PuctResult:

@@ -10,6 +10,8 @@ features. Reusing a subtree for the next position copies it into fresh arrays (t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import cshogi
 import numpy as np
 
@@ -17,7 +19,8 @@ from engine.backends.evaluator import Evaluator, UniformEvaluator
 from engine.core.features import fill_features
 from engine.core.moves import MAX_LEGAL_MOVES, label_table, legal_moves_and_labels
 from engine.search import puct_kernels as tk
-from engine.search.puct import PuctParams, Search, SearchControl
+from engine.search.control import SearchControl
+from engine.search.puct import PuctParams, Search
 
 INITIAL_NODES, INITIAL_EDGES = 1 << 12, 1 << 18  # array sizes of a new tree (they double as needed)
 _NODE_FIELDS = (
@@ -137,9 +140,13 @@ class FastSearch(Search):
     """engine.search.puct.Search with the tree in flat arrays; same options, same answers."""
 
     def __init__(
-        self, evaluator: Evaluator, params: PuctParams | None = None, batch_size: int | None = None
+        self,
+        evaluator: Evaluator,
+        params: PuctParams | None = None,
+        batch_size: int | None = None,
+        spares: Sequence[Evaluator] = (),
     ) -> None:
-        super().__init__(evaluator, params, batch_size)
+        super().__init__(evaluator, params, batch_size, spares)
         self.tree = Tree()
         self._path_e = self._path_n = self._path_m = np.zeros(0, dtype=np.int64)  # sized by _collect
         self._logits_out = np.zeros(0, dtype=np.float32)  # a batch's legal-move logits (see _expand_batch)
@@ -223,7 +230,8 @@ class FastSearch(Search):
         root = self.root.index
         queued: list = []
         done = collisions = 0
-        t.reserve(self.batch_size, self.batch_size * MAX_LEGAL_MOVES)  # every expansion of this batch
+        # every expansion of this batch and of those still in flight (their edges come when they return)
+        t.reserve(self.batch_size, len(self.slots) * self.batch_size * MAX_LEGAL_MOVES)
         longest = int(t.size[0]) + self.batch_size + 1  # a path is at most as long as the tree
         if len(self._path_e) < longest:
             self._path_e, self._path_n, self._path_m = np.zeros((3, 2 * longest), dtype=np.int64)
