@@ -29,7 +29,7 @@ from engine.search.control import SearchControl  # noqa: E402
 from engine.search.puct import PuctParams  # noqa: E402
 from engine.search.puct_tree import FastSearch  # noqa: E402
 
-MIDDLE_GAME = "ln1g3nl/1r1sk1g2/p1pppp1pp/1p4p2/9/2P3P2/PP1PPP1PP/1BG1K2R1/LNS2GSNL b BSs 1"
+MIDDLE_GAME = "ln3g1nl/1g4sk1/p1p1Pp1pp/1p2p4/3ps4/+B1P6/PPSP1PPPP/3KG4/LN3GSNL b Rrbp 51"
 
 
 def agreement(fp32, int8, sfens: list[str], x1: np.ndarray, x2: np.ndarray) -> dict[str, float]:

@@ -11,7 +11,7 @@ from engine.search.puct_tree import FastSearch
 
 MATE_IN_1 = "4k4/9/4P4/9/9/9/9/9/4K4 b G2r2b3g4s4n4l17p 1"
 MATE_IN_3 = "8k/9/7L1/7s1/9/9/9/9/4K4 b R 1"  # a rook drop, then mate in one whatever White plays
-MIDDLE_GAME = "ln1g3nl/1r1sk1g2/p1pppp1pp/1p4p2/9/2P3P2/PP1PPP1PP/1BG1K2R1/LNS2GSNL b BSs 1"
+MIDDLE_GAME = "ln3g1nl/1g4sk1/p1p1Pp1pp/1p2p4/3ps4/+B1P6/PPSP1PPPP/3KG4/LN3GSNL b Rrbp 51"
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +105,11 @@ def test_gumbel_mode_is_the_selfplay_search(evaluator, sfen):
         s.set_position(sfen, [])
         r = s.run(SearchControl(max_playouts=32), rng=np.random.default_rng(seed))
         ref = search_position(
-            cshogi.Board(sfen), evaluator, GumbelParams(sims=32, max_moves=None), np.random.default_rng(seed)
-        )
+            cshogi.Board(sfen),
+            evaluator,
+            GumbelParams(sims=32, max_moves=None, leaf_mate_plies=PuctParams().leaf_mate_plies),
+            np.random.default_rng(seed),
+        )  # the engine's leaf probe: 5 plies (self-play's default is 1)
         assert r.bestmove == ref.moves[ref.choice]
         assert r.playouts == 32 and r.pv[0] == r.bestmove
         np.testing.assert_allclose(s.gumbel_result.policy, ref.policy, rtol=1e-9, atol=1e-12)

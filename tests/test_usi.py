@@ -281,12 +281,13 @@ def test_uct_threads_keeps_that_many_batches_in_flight(model):
         engine.position(["7g7f"])
         best, _ = engine.go(byoyomi=300)
         assert_legal(["7g7f"], cshogi.STARTING_SFEN, best)
-        engine.setoption("UCT_Threads", 1)  # reloads: one evaluator, the runtime's own threads
-        send(engine, "go nodes 64")
-        lines = read_until(engine, "bestmove")
+        engine.setoption("UCT_Threads", 1)  # at once after bestmove: isready reloads, the go does not wait
+        send(engine, "isready")
+        lines = read_until(engine, "readyok")
         assert not any("UCT_Threads" in line for line in lines), lines
         assert any(line.startswith("info string backend onnx-cpu") for line in lines), lines
-        assert_legal(["7g7f"], cshogi.STARTING_SFEN, lines[-1].split()[1])
+        best, _ = engine.go(nodes=64)
+        assert_legal(["7g7f"], cshogi.STARTING_SFEN, best)
     finally:
         engine.quit()
 

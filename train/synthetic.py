@@ -16,6 +16,7 @@ import cshogi
 import numpy as np
 
 from engine.core.moves import NUM_MOVE_LABELS, legal_moves_and_labels
+from engine.core.position import board_hcp
 from engine.core.rules import BLACK_WIN, WHITE_WIN
 from engine.records import writers
 from engine.records.formats import DATA, HCPE, MOVE_INFO, MOVE_VISITS, OPPONENT_SELFPLAY, Hcpe3Game
@@ -65,12 +66,6 @@ def random_positions(n: int, seed: int = 0) -> Iterator[cshogi.Board]:
             board.push(move)
 
 
-def _hcp(board: cshogi.Board) -> np.ndarray:
-    hcp = np.empty(32, np.uint8)
-    board.to_hcp(hcp)
-    return hcp
-
-
 def soft_policy(board: cshogi.Board, target_share: float = 0.75) -> np.ndarray:
     """A dense target: `target_share` on the target move, the rest spread over the other legal moves."""
     policy = np.zeros(NUM_MOVE_LABELS, np.float32)
@@ -84,7 +79,7 @@ def soft_policy(board: cshogi.Board, target_share: float = 0.75) -> np.ndarray:
 def write_hcpe(path: str | os.PathLike, n: int, seed: int = 0) -> None:
     recs = np.zeros(n, HCPE)
     for i, board in enumerate(random_positions(n, seed)):
-        recs[i]["hcp"] = _hcp(board)
+        recs[i]["hcp"] = board_hcp(board)
         recs[i]["bestMove16"] = cshogi.move16(target_move(board))
         recs[i]["gameResult"] = _result_byte(target_winner(board))
         recs[i]["eval"] = 600 if target_winner(board) == board.turn else -600
@@ -94,7 +89,7 @@ def write_hcpe(path: str | os.PathLike, n: int, seed: int = 0) -> None:
 def write_data(path: str | os.PathLike, n: int, seed: int = 0) -> None:
     recs = np.zeros(n, DATA)
     for i, board in enumerate(random_positions(n, seed)):
-        recs[i]["hcp"] = _hcp(board)
+        recs[i]["hcp"] = board_hcp(board)
         recs[i]["policy"] = soft_policy(board)
         recs[i]["result"] = _result_byte(target_winner(board))
     writers.write_data(path, recs)
@@ -121,6 +116,6 @@ def write_hcpe3(path: str | os.PathLike, games: int, seed: int = 0) -> int:
             board.push(move)
         positions += len(moves)
         result = _result_byte(target_winner(board))
-        out.append(Hcpe3Game(_hcp(start), result, OPPONENT_SELFPLAY, info, candidates))
+        out.append(Hcpe3Game(board_hcp(start), result, OPPONENT_SELFPLAY, info, candidates))
     writers.write_hcpe3_games(path, out)
     return positions

@@ -10,6 +10,7 @@ import random
 import re
 
 import cshogi
+import numpy as np
 
 _PIECE_MAX = {"k": 2, "r": 2, "b": 2, "g": 4, "s": 4, "n": 4, "l": 4, "p": 18}
 _RANK_RE = re.compile(r"(\+?[KRBGSNLPkrbgsnlp]|[1-9])")
@@ -103,6 +104,13 @@ def parse_position(args: list[str]) -> tuple[str, list[int]]:
         board.push(legal[usi])
         moves.append(legal[usi])
     return sfen, moves
+
+
+def board_hcp(board: cshogi.Board) -> np.ndarray:
+    """The board's position as its 32-byte Huffman code (hcp), a fresh array."""
+    hcp = np.empty(32, np.uint8)
+    board.to_hcp(hcp)
+    return hcp
 
 
 def board_after(sfen: str, moves: list[int]) -> cshogi.Board:

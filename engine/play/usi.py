@@ -62,6 +62,7 @@ class _Thinking:
     ply: int
     rejected: str | None = None  # the last `position` was rejected: we do not know the position
     released: threading.Event = field(default_factory=threading.Event)  # stop / ponderhit arrived
+    answered: threading.Event = field(default_factory=threading.Event)  # bestmove is being sent
 
 
 class UsiEngine:
@@ -144,7 +145,10 @@ class UsiEngine:
 
     def cmd_isready(self) -> None:
         self.mate.warm()
-        if self.thinking is None or not self.thinking.thread.is_alive():
+        t = self.thinking
+        if t is not None and t.answered.is_set():
+            t.thread.join()  # it sent bestmove and is ending: options set since then load now
+        if t is None or not t.thread.is_alive():
             self._ensure_evaluator()
         self.send("readyok")
 
@@ -304,6 +308,7 @@ class UsiEngine:
             self._report_exception(e)
             answer = _safe_move(board)
         self._wait_release(t)
+        t.answered.set()
         self.send(answer)
 
     def _report_exception(self, e: Exception) -> None:

@@ -7,6 +7,7 @@ from concurrent.futures import Future
 import cshogi
 import numpy as np
 
+from engine.core.position import board_hcp
 from engine.core.rules import NYUGYOKU, win_for
 from engine.search.gumbel_search import GumbelResult
 from engine.selfplay.config import SelfPlayConfig
@@ -37,12 +38,6 @@ def engine_reply_outcome(board: cshogi.Board, bestmove: str) -> tuple[int | None
     return move, None
 
 
-def _hcp(board: cshogi.Board) -> np.ndarray:
-    hcp = np.empty(32, np.uint8)
-    board.to_hcp(hcp)
-    return hcp
-
-
 class Game:
     """One game in progress: its board, record, RNG (seeded per game index) and running search, or in
     a game against the USI engine, the engine's pending reply."""
@@ -52,7 +47,7 @@ class Game:
         self.rng = np.random.default_rng(np.random.SeedSequence([config.seed, index]))
         self.board = cshogi.Board()
         self.engine_colour = engine_colour(index, config)
-        self.record = GameRecord(_hcp(self.board), opponent=OPPONENT_OF[self.engine_colour])
+        self.record = GameRecord(board_hcp(self.board), opponent=OPPONENT_OF[self.engine_colour])
         self.usi_moves: list[str] = []  # the game so far, for the engine's `position` command
         self.searching = False  # its position is being searched (in its group's SearchGroup)
         self.reply: Future[EngineReply] | None = None
@@ -77,7 +72,7 @@ class Game:
             choice = result.choice
         move = result.moves[choice]
         candidates = (np.array(result.moves, dtype=np.int64) & 0xFFFF).astype(np.uint16)
-        rec.add(_hcp(board), cshogi.move16(move), result.value, candidates, result.labels, result.policy)
+        rec.add(board_hcp(board), cshogi.move16(move), result.value, candidates, result.labels, result.policy)
         if config.resign_threshold > 0 and result.value < config.resign_threshold:
             if self.may_resign:
                 return win_for(cshogi.opponent(board.turn)).result
@@ -91,6 +86,6 @@ class Game:
         the game (resignation, declaration, illegal move: the latter is not recorded as a move)."""
         move, result = engine_reply_outcome(self.board, reply.bestmove or "resign")
         if move is not None:
-            self.record.add(_hcp(self.board), cshogi.move16(move), usi_score_to_value(reply.score))
+            self.record.add(board_hcp(self.board), cshogi.move16(move), usi_score_to_value(reply.score))
             self._push(move)
         return result
