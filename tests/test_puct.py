@@ -1,3 +1,5 @@
+import time
+
 import cshogi
 import numpy as np
 import pytest
@@ -126,6 +128,24 @@ def test_gumbel_noise_is_off_in_play_unless_asked(evaluator):
     assert all(q.choice == quiet[0].choice and np.array_equal(q.policy, quiet[0].policy) for q in quiet)
     noisy = [search(seed, True) for seed in range(4)]
     assert any(not np.array_equal(q.policy, noisy[0].policy) for q in noisy)
+
+
+@both_trees
+def test_stops_early_only_while_that_saves_clock_time(evaluator, search_type):
+    """A decided best move ends the search before its target, unless the time left is byoyomi, lost
+    if unused (`saving` past): then the search goes on for the subtree the next move reuses."""
+    s = search_type(evaluator, PuctParams(), batch_size=8)
+    s.set_position(cshogi.STARTING_SFEN, [])
+    s.run(SearchControl(max_playouts=64))
+    child_n = s.root.child_n
+    child_n[int(np.argmax(child_n))] += 10  # a best move that one more playout cannot change
+    control = SearchControl()
+    control.target = control.hard = time.monotonic() + 60
+    assert s._should_stop(control, 64, nps=1 / 60)
+    control.saving = control.start  # byoyomi from the start: nothing to save
+    assert not s._should_stop(control, 64, nps=1 / 60)
+    control.saving = time.monotonic() + 30  # main time left until then
+    assert s._should_stop(control, 64, nps=1 / 60)
 
 
 def test_gumbel_mode_stops_at_the_hard_deadline(evaluator):

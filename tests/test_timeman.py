@@ -27,8 +27,16 @@ def test_budget_never_exceeds_what_is_left(remaining, inc, byoyomi, ply, bmargin
 
 
 def test_byoyomi_is_used_fully_less_the_margin():
-    assert budget(Clock(remaining=0, byoyomi=500), 30, byoyomi_margin=200) == Budget(300, 300)
-    assert budget(Clock(remaining=0, byoyomi=3000), 30, byoyomi_margin=100) == Budget(2900, 2900)
+    assert budget(Clock(remaining=0, byoyomi=500), 30, byoyomi_margin=200) == Budget(300, 300, 0)
+    assert budget(Clock(remaining=0, byoyomi=3000), 30, byoyomi_margin=100) == Budget(2900, 2900, 0)
+
+
+def test_stopping_early_saves_main_time_only():
+    # in byoyomi an early stop saves nothing (saving 0: never before the target); with main time left
+    # it saves what is spent of the main time; sudden death and increment: always
+    assert budget(Clock(remaining=0, byoyomi=1000), 30, byoyomi_margin=200).saving_ms == 0
+    assert budget(Clock(remaining=5000, byoyomi=1000), 30, byoyomi_margin=200).saving_ms == 5000
+    assert budget(Clock(remaining=60_000, increment=1000), 30).saving_ms is None
 
 
 def test_sudden_death_spreads_time_and_keeps_the_margin():

@@ -74,6 +74,6 @@ def time_budget(go: GoCommand, turn: int, ply: int, byoyomi_margin: int, time_ma
     as if it had DEFAULT_GO_MS of byoyomi); never more than the clock offers now."""
     if go.movetime is not None:
         ms = max(go.movetime, timeman.MIN_THINK_MS)
-        return timeman.Budget(ms, ms)
+        return timeman.Budget(ms, ms, saving_ms=0)  # the time is given for this move alone
     clock = go.clock(turn) or timeman.Clock(byoyomi=DEFAULT_GO_MS)
     return timeman.budget(clock, ply, byoyomi_margin, time_margin)

@@ -2,7 +2,9 @@
 
 The hard limit never exceeds what the clock allows for this move (time left + byoyomi, less the
 safety margin); the soft target is what we aim for, and the search may stop earlier once the best
-move cannot change. A Fischer increment is added by the GUI only after the move, so it is never
+move cannot change, but only while stopping saves clock time: byoyomi left unused is lost, so in
+byoyomi (and under `go movetime`) the search goes on to the target and the time deepens the subtree
+the next move reuses. A Fischer increment is added by the GUI only after the move, so it is never
 spent in advance: it only makes the target more generous when there is time left to cover it. All
 times are milliseconds.
 """
@@ -30,6 +32,7 @@ class Clock:
 class Budget:
     target_ms: int  # aim to stop here
     hard_ms: int  # never search beyond this
+    saving_ms: int | None = None  # stopping early saves time only before this (None: always)
 
 
 def moves_to_go(ply: int) -> int:
@@ -56,10 +59,13 @@ def budget(clock: Clock, ply: int, byoyomi_margin: int = 0, time_margin: int = 0
     share = max(clock.remaining, 0) // moves_to_go(ply)
     per_move = clock.byoyomi if clock.byoyomi > 0 else clock.increment
     target = share + max(per_move, 0)
+    saving = None
     if clock.byoyomi > 0:
-        # byoyomi is lost if unused: always use it fully (minus the margin).
+        # byoyomi is lost if unused: always use it fully (minus the margin); once the main time is
+        # spent, stopping early saves nothing.
         target = max(target, clock.byoyomi - byoyomi_margin)
-    return Budget(target_ms=max(MIN_THINK_MS, min(target, hard)), hard_ms=hard)
+        saving = max(clock.remaining, 0)
+    return Budget(target_ms=max(MIN_THINK_MS, min(target, hard)), hard_ms=hard, saving_ms=saving)
 
 
 def root_mate_ms(left_ms: float) -> float:

@@ -246,6 +246,7 @@ class UsiEngine:
         reserve = self.evaluator.call_s if isinstance(self.evaluator, TimedEvaluator) else 0.0
         control.target = now + max(plan.target_ms / 1000 - reserve, 0.0)
         control.hard = now + max(plan.hard_ms / 1000 - reserve, 0.0)
+        control.saving = None if plan.saving_ms is None else now + plan.saving_ms / 1000
 
     def cmd_go(self, args: list[str]) -> None:
         go, warnings = parse_go(args)

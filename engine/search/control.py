@@ -24,6 +24,7 @@ class SearchControl:
     target: float | None = None
     hard: float | None = None
     max_playouts: int | None = None
+    saving: float | None = None  # stopping early before `target` saves clock time only until this
     start: float = field(default_factory=time.monotonic)
 
 

@@ -355,7 +355,7 @@ class Search:
             if now >= control.target:
                 return True
             order = np.argsort(root.child_n)
-            if len(order) > 1 and nps > 0:
+            if len(order) > 1 and nps > 0 and (control.saving is None or now < control.saving):
                 left = (control.target - now) * nps
                 if can_stop_early(int(root.child_n[order[-1]]), int(root.child_n[order[-2]]), left):
                     return True
