@@ -53,6 +53,14 @@ def usi_score_to_value(score: str | None) -> float:
     return 0.5
 
 
+def _info_field(words: list[str], key: str, width: int = 1) -> str | None:
+    """The `width` words after `key` in an info line's words (`score cp 31`), None if it has no `key`."""
+    if key not in words:
+        return None
+    k = words.index(key)
+    return " ".join(words[k + 1 : k + 1 + width]) or None
+
+
 @dataclass(frozen=True)
 class GoLimit:
     """How long an engine searches each move: `go nodes N`, `go depth N` and/or `go byoyomi MS`. Engines
@@ -139,6 +147,7 @@ class UsiProcess(cshogi.usi.Engine):
         self.spec = spec
         self.timeout = timeout
         self.last_score: str | None = None
+        self.last_nodes: int | None = None  # the `nodes` of the search's last info line
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._stderr: IO[bytes] | None = None
         super().__init__(spec.command, connect=False)
@@ -278,15 +287,16 @@ class UsiProcess(cshogi.usi.Engine):
             cmd += f" depth {depth}"
         self._send(cmd)
         deadline = time.monotonic() + self.timeout + (byoyomi or 0) / 1000
-        self.last_score = None
+        self.last_score = self.last_nodes = None
         while True:
             line = self._read(max(0.0, deadline - time.monotonic()))
-            if line.startswith("info") and " score " in line:
-                words = line.split()
-                k = words.index("score")
-                self.last_score = " ".join(words[k + 1 : k + 3])
-            elif line.startswith("bestmove"):
-                words = line.split()
+            words = line.split()
+            if words[:1] == ["info"] and words[1:2] != ["string"]:
+                self.last_score = _info_field(words, "score", 2) or self.last_score
+                nodes = _info_field(words, "nodes")
+                if nodes is not None and nodes.isdigit():
+                    self.last_nodes = int(nodes)
+            elif words[:1] == ["bestmove"]:
                 if len(words) < 2:
                     return "resign", None
                 return words[1], words[3] if len(words) >= 4 and words[2] == "ponder" else None

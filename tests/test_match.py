@@ -23,7 +23,7 @@ from engine.match.openings import (
     read_openings,
     repeated_games,
 )
-from engine.usi_client import EngineSpec, GoLimit
+from engine.usi_client import EngineSpec, GoLimit, started
 
 REPO = Path(__file__).resolve().parent.parent
 GREEDY = str(REPO / "bin" / "greedy_usi")
@@ -370,3 +370,18 @@ def test_sennichite_is_the_fourth_occurrence_as_in_real_games():
         ends.append(game_terminal(board, seen, None))
     assert ends[:-1] == [None] * (len(moves) - 1)
     assert ends[-1] is not None and ends[-1].winner == cshogi.WHITE
+
+
+def test_client_reads_score_and_nodes_from_info_lines_not_info_strings(tmp_path):
+    say = "print({!r}, flush=True) or "
+    lines = ("info depth 2 nodes 345 score cp -12 pv 7g7f", "info string score 9 nodes 9 (a message)")
+    talker = fake_engine(tmp_path, "talker", "".join(say.format(s) for s in lines) + '"7g7f"')
+    with started([EngineSpec(talker)]) as (engine,):
+        engine.position([])
+        assert engine.go(byoyomi=100) == ("7g7f", None)
+        assert (engine.last_score, engine.last_nodes) == ("cp -12", 345)
+    quiet = fake_engine(tmp_path, "quiet", say.format("info string score cp 5 nodes 7") + '"2g2f"')
+    with started([EngineSpec(quiet)]) as (engine,):
+        engine.position([])
+        assert engine.go(byoyomi=100) == ("2g2f", None)
+        assert (engine.last_score, engine.last_nodes) == (None, None)
