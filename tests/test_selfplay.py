@@ -241,3 +241,19 @@ def test_games_do_not_depend_on_how_many_groups_share_the_process(tmp_path):
     assert len(one) == 6 and len({g[0] for g in one}) > 1
     assert games(2) == one
     assert games(3) == one
+
+
+def test_int8_self_play_runs_the_quantized_network(tmp_path, monkeypatch, capfd):
+    """--int8 on a CPU: the games are played by the int8 model, quantized into the cache once."""
+    monkeypatch.setenv("GUMBEL_SHOGI_CACHE", str(tmp_path / "cache"))
+    model = tmp_path / "tiny.pt"
+    save_checkpoint(model, build(preset("tiny"), seed=0))
+    config = SelfPlayConfig(
+        out_dir=tmp_path / "out", games=3, parallel=3, sims=8, considered=4, max_moves=16, seed=1,
+        model=str(model), backend="onnx", int8=True, progress=False,
+    )  # fmt: skip
+    stats = run_selfplay(config)
+    assert "backend onnx-cpu-int8" in capfd.readouterr().err
+    assert len(list((tmp_path / "cache").glob("*-int8-*.onnx"))) == 1
+    (path,) = (tmp_path / "out").glob("*.hcpe3")
+    assert stats.games == 3 and _replay_hcpe3(path, 16) == stats.positions

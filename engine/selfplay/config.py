@@ -45,6 +45,7 @@ class SelfPlayConfig:
     device: str | None = None
     batch: int = 256  # the evaluator's max batch; bigger leaf batches are split
     threads: int | None = None  # torch CPU threads per process (default: cores / processes)
+    int8: bool = False  # onnxruntime on a CPU: the network quantized to int8 (as the engine's CPU_Int8)
     inference_server: str = "auto"  # one evaluator process for all workers: on, off, auto (with a GPU)
     progress: bool = True
     # games against an external USI engine

@@ -262,6 +262,7 @@ def make_evaluator(
         config.device,
         threads=threads,
         activation=config.activation,
+        int8=config.int8,
         **kwargs,
     )
 
