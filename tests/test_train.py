@@ -243,3 +243,25 @@ def test_cli_errors_are_one_line(data, tmp_path):
     assert r.returncode == 2 and "--out RUN_DIR is required" in r.stderr
     r = run_cli("--evaluate", tmp_path / "model.pt")
     assert r.returncode == 2 and "--evaluate needs --test" in r.stderr
+
+
+def test_the_committed_held_out_set_is_whole_and_measures_the_shipped_model(tmp_path):
+    """models/heldout/fsf-200k.hcpe, which models/README's held-out figures are measured on: every record
+    a position with a legal move and a game result (not a truncated copy or a Git LFS pointer), and the
+    shipped model's top move is Fairy-Stockfish's clearly more often than a trivial rule's (0.21)."""
+    import cshogi
+    import numpy as np
+
+    from engine.backends.choose import DEFAULT_MODEL
+
+    path = os.path.join(REPO, "models", "heldout", "fsf-200k.hcpe")
+    records = np.fromfile(path, cshogi.HuffmanCodedPosAndEval)
+    assert len(records) == 1842 and os.path.getsize(path) == 1842 * 38
+    board = cshogi.Board()
+    for r in records:
+        board.set_hcp(r["hcp"])
+        assert board.is_legal(board.move_from_move16(int(r["bestMove16"])))
+        assert r["gameResult"] in (cshogi.BLACK_WIN, cshogi.WHITE_WIN, cshogi.DRAW)
+    measured = evaluate_checkpoint(DEFAULT_MODEL, [path], tmp_path / "cache")
+    assert measured["test_positions"] == 1842
+    assert measured["test_policy_acc"] > 0.25 and measured["test_value_acc"] > 0.6
