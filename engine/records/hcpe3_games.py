@@ -53,6 +53,8 @@ def _walk_hcpe3(path: Path, mm: mmap.mmap, strict: bool) -> Iterator[tuple[int, 
     off = 0
     while off < size:
         if size - off < HCPE3_HEADER.itemsize:
+            if off == 0:  # not even one header: nothing says this is hcpe3 (a text file, say)
+                _hcpe3_damage(path, off, f"{size} bytes, shorter than a game header", strict)
             warn_truncated(path, off, "final hcpe3 game")
             return
         header = np.frombuffer(mm, HCPE3_HEADER, 1, off).copy()[0]  # no view may outlive the map
