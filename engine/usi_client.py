@@ -150,6 +150,7 @@ class UsiProcess(cshogi.usi.Engine):
         self.last_nodes: int | None = None  # the `nodes` of the search's last info line
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._stderr: IO[bytes] | None = None
+        self._retired = False
         super().__init__(spec.command, connect=False)
 
     # ----- process -----
@@ -198,7 +199,7 @@ class UsiProcess(cshogi.usi.Engine):
         try:
             self.proc.stdin.write(cmd.encode("utf-8") + b"\n")
             self.proc.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
+        except (BrokenPipeError, OSError, ValueError, AttributeError):  # AttributeError: closed (proc None)
             raise EngineFailure(f"{self.name}: engine exited{self._stderr_tail()}") from None
 
     def _read(self, timeout: float) -> str:
@@ -225,10 +226,17 @@ class UsiProcess(cshogi.usi.Engine):
 
     def restart(self) -> None:
         self.close()
-        self.connect()
+        if not self._retired:
+            self.connect()
 
-    def close(self) -> None:
-        """quit, then terminate/kill if the engine does not exit promptly. Safe to call twice."""
+    def retire(self) -> None:
+        """Close for good, from another thread too: a game in play there fails (EngineFailure) and its
+        restart starts nothing."""
+        self._retired = True
+        self.close(grace=0.5)  # an interrupt: no time for an engine that does not read `quit`
+
+    def close(self, grace: float = 5.0) -> None:
+        """quit, then kill if the engine has not exited after `grace` seconds. Safe to call twice."""
         proc, self.proc = self.proc, None
         if proc is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -236,7 +244,7 @@ class UsiProcess(cshogi.usi.Engine):
                 proc.stdin.flush()
                 proc.stdin.close()
             try:
-                proc.wait(timeout=5)
+                proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import cshogi
@@ -339,6 +341,48 @@ def test_unpaired_matches_give_every_game_its_own_opening(tmp_path):
         [EngineSpec(GREEDY), EngineSpec(GREEDY)], 4, NODES1, max_moves=12, openings=openings, progress=False
     )
     assert [g.opening for g in paired.games] == [openings[0], openings[0], openings[1], openings[1]]
+
+
+def test_concurrent_games_are_the_same_match(tmp_path):
+    """Games played at once by separate engine pairs: each game keeps its number, opening and colours,
+    its record its name, whatever order the games end in."""
+    openings = random_openings(3, 3, seed=4)
+    specs = [EngineSpec(GREEDY), EngineSpec(GREEDY, {"Seed": "1"})]
+    kwargs = {"max_moves": 16, "openings": openings, "progress": False}
+    three = run_match(specs, 6, NODES1, concurrency=3, csa_dir=tmp_path / "csa", **kwargs)
+    assert sorted(g.number for g in three.games) == list(range(6))
+    for g in three.games:
+        assert (g.opening, g.black) == (openings[g.number // 2], g.number % 2) and g.reason
+        record = (tmp_path / "csa" / f"game-{g.number + 1:04d}.csa").read_text()
+        assert " ".join(g.opening.moves) in record and len(g.moves) > 0
+    assert len(list((tmp_path / "csa").iterdir())) == 6 and sum(three.pentanomial) == 3
+
+
+def test_interrupting_a_concurrent_match_ends_it_and_its_engines(tmp_path):
+    """Ctrl-C while every game waits on a hung engine: bin/match quits the engines (no restarts) and
+    exits with the one-line message, long before the move timeout."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    pid = "str(__import__('os').getpid())"
+    hang = f"open({str(marks)!r} + '/' + {pid}, 'w') and __import__('time').sleep(600)"
+    hanger = fake_engine(tmp_path, "hanger", f"{hang} or ''")
+    cmd = [sys.executable, str(REPO / "bin" / "match"), hanger, GREEDY, "--nodes", "1", "--games", "4"]
+    cmd += ["--concurrency", "2", "--timeout", "300", "--no-progress"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    try:
+        for _ in range(600):  # both games under way: each hanger got a `go` (at most 60 s)
+            if len(list(marks.iterdir())) >= 2 or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert len(list(marks.iterdir())) == 2
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and b"match: interrupted" in err and b"Traceback" not in err, err
+    for mark in marks.iterdir():  # the hung engines are gone, and none was started again
+        assert not Path(f"/proc/{mark.name}").exists()
+    assert len(list(marks.iterdir())) == 2
 
 
 def test_sennichite_is_the_fourth_occurrence_as_in_real_games():

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +29,9 @@ from tqdm import tqdm
 from engine.core.rules import DEFAULT_MAX_MOVES, MAX_MOVES, SENNICHITE, game_terminal
 from engine.errors import UserError
 from engine.fileio import atomic_write
-from engine.match.elo import EloEstimate, elo_estimate
+from engine.match.elo import EloEstimate, elo_estimate, pair_error95
 from engine.match.openings import Opening, game_opening, opening_board
+from engine.match.sprt import GAME_SCORES, PAIR_SCORES, Sprt, outcome_counts, pair_scores
 from engine.usi_client import DEFAULT_MOVE_TIMEOUT, EngineFailure, EngineSpec, GoLimit, UsiProcess, started
 
 CSA_END = {
@@ -52,6 +55,7 @@ CSA_END = {
 class Game:
     opening: Opening
     black: int  # which engine (0 or 1) plays Black
+    number: int = 0  # in the match, from 0: games 2k and 2k+1 share an opening when paired
     moves: list[str] = field(default_factory=list)  # played after the opening
     scores: list[str | None] = field(default_factory=list)
     winner: int | None = None  # cshogi.BLACK / cshogi.WHITE, None for a draw
@@ -86,10 +90,11 @@ def play_game(
     black: int,
     limits: Sequence[GoLimit],
     max_moves: int,
+    number: int = 0,
 ) -> Game:
     """One game; engine `black` moves first, each engine searching with its own limit (`limits[i]` for
     `engines[i]`). Engine failures end the game as a loss for that side."""
-    game = Game(opening, black)
+    game = Game(opening, black, number)
     board = opening_board(opening.position)
     occurrences = Counter([board.zobrist_hash()])  # the opening's own positions count too
     for usi in opening.moves:
@@ -178,6 +183,38 @@ def write_csa(path: Path, game: Game, names: Sequence[str]) -> None:
 class MatchResult:
     names: tuple[str, str]
     games: list[Game] = field(default_factory=list)
+    paired: bool = True  # games 2k and 2k+1 share an opening, colours swapped
+    sprt: Sprt | None = None
+    stopped: str | None = None  # the test's decision that stopped the match (games then in play finish)
+
+    @property
+    def scores(self) -> list[float]:
+        return [g.first_score for g in self.games]
+
+    @property
+    def pair_scores(self) -> list[float]:
+        return pair_scores({g.number: g.first_score for g in self.games})
+
+    @property
+    def pentanomial(self) -> list[int] | None:
+        """Finished pairs by engine 1's points in them: [0, 0.5, 1, 1.5, 2] (None when unpaired)."""
+        return outcome_counts(self.pair_scores, PAIR_SCORES) if self.paired else None
+
+    @property
+    def llr(self) -> float | None:
+        """The SPRT's log-likelihood ratio over finished pairs (over games when unpaired)."""
+        if self.sprt is None:
+            return None
+        if self.paired:
+            return self.sprt.llr(self.pentanomial, PAIR_SCORES)
+        return self.sprt.llr(outcome_counts(self.scores, GAME_SCORES), GAME_SCORES)
+
+    @property
+    def decision(self) -> str | None:
+        """'H1' / 'H0' once the test has decided (the decision stands when games still in play when it
+        was made move the LLR back), None before or without a test."""
+        llr = self.llr
+        return self.stopped or (None if llr is None else self.sprt.decision(llr))
 
     @property
     def wins(self) -> int:
@@ -208,13 +245,41 @@ class MatchResult:
             "elo": e.elo,
             "elo_error95": e.error95,
             "los": e.los,
+            **self._pairs_summary(),
+            **self._sprt_summary(),
             "reasons": dict(Counter(g.reason for g in self.games)),
             "mean_plies": sum(len(g.opening.moves) + len(g.moves) for g in self.games)
             / max(len(self.games), 1),
         }
 
+    def _pairs_summary(self) -> dict[str, Any]:
+        if not self.paired:
+            return {}
+        return {"pentanomial": self.pentanomial, "elo_error95_pairs": pair_error95(self.pair_scores)}
+
+    def _sprt_summary(self) -> dict[str, Any]:
+        if self.sprt is None:
+            return {}
+        t = self.sprt
+        bounds = {"lower": t.lower, "upper": t.upper, "llr": self.llr, "decision": self.decision}
+        return {"sprt": {"elo0": t.elo0, "elo1": t.elo1, "alpha": t.alpha, "beta": t.beta, **bounds}}
+
     def __str__(self) -> str:
-        return f"{self.names[0]} vs {self.names[1]}: {self.elo}"
+        lines = [f"{self.names[0]} vs {self.names[1]}: {self.elo}"]
+        if self.paired and len(self.games) >= 4:
+            lines.append(
+                f"pairs {len(self.pair_scores)}, pentanomial {self.pentanomial} (LL to WW), "
+                f"Elo +/- {pair_error95(self.pair_scores):.1f} from pairs"
+            )
+        if self.sprt is not None:
+            t = self.sprt
+            verdict = {"H1": "H1 accepted", "H0": "H0 accepted", None: "no decision"}[self.decision]
+            lines.append(
+                f"SPRT elo0 {t.elo0:g} elo1 {t.elo1:g} (alpha {t.alpha:g}, beta {t.beta:g}): "
+                f"LLR {self.llr:.2f} in ({t.lower:.2f}, {t.upper:.2f}): {verdict} after {len(self.games)} "
+                "games"
+            )
+        return "\n".join(lines)
 
 
 def play_match(
@@ -227,37 +292,70 @@ def play_match(
     sfen_path: str | os.PathLike | None = None,
     progress: bool = True,
     paired: bool = True,
+    sprt: Sprt | None = None,
 ) -> MatchResult:
-    """`games` games between two started engines, engine 0 Black in even games, engine i searching each
-    move with `limits[i]`. Opening k is used by
-    games 2k and 2k+1 (cycling) when `paired`, else by game k alone (for data generation, where a
-    deterministic engine would replay the same game with colours swapped). Records: one CSA file per
-    game; one `position ...` line per game."""
+    """`games` games between two engines, engine 1 Black in even games, engine i searching each move with
+    `limits[i]`. `engines` holds one started pair per game played at once: engines[2j] (engine 1) and
+    engines[2j + 1] (engine 2). Opening k is used by games 2k and 2k+1 (cycling) when `paired`, else by
+    game k alone (for data generation, where a deterministic engine would replay the same game with
+    colours swapped). Records: one CSA file per game; one `position ...` line per game, in the order
+    games end. With `sprt`, `games` is the most played: no game starts once the test has decided."""
     if games < 1:
         raise UserError(f"--games must be >= 1, got {games}")
     if len(limits) != 2:
         raise ValueError("a match needs a search limit for each engine")
+    if not engines or len(engines) % 2:
+        raise ValueError("a match needs engines in pairs")
     for i, limit in enumerate(limits):
         limit.validate(i)
     if not openings:
         raise UserError("no openings")
-    result = MatchResult((engines[0].name, engines[1].name))
+    result = MatchResult((engines[0].name, engines[1].name), paired=paired, sprt=sprt)
+    free: queue.SimpleQueue[Sequence[UsiProcess]] = queue.SimpleQueue()
+    for j in range(0, len(engines), 2):
+        free.put(engines[j : j + 2])
+
+    def play(i: int) -> Game:
+        pair = free.get()
+        try:
+            return play_game(pair, game_opening(openings, i, paired), i % 2, limits, max_moves, number=i)
+        finally:
+            free.put(pair)
+
+    def record(game: Game) -> None:
+        result.games.append(game)
+        if csa_dir is not None:
+            write_csa(Path(csa_dir) / f"game-{game.number + 1:04d}.csa", game, result.names)
+        if sfen_file is not None:
+            sfen_file.write(game.opening.usi(game.moves) + "\n")
+            sfen_file.flush()
+        result.stopped = result.decision
+        e = result.elo
+        llr = "" if sprt is None else f" LLR {result.llr:+.2f}"
+        bar.set_postfix_str(f"+{e.wins} -{e.losses} ={e.draws} Elo {e.elo:+.0f}{llr}", refresh=False)
+        bar.update(1)
+
+    at_once = len(engines) // 2
+    pool = ThreadPoolExecutor(at_once, thread_name_prefix="game")
+    running: set[Future[Game]] = set()
+    next_game = 0
     sfen_file = open(sfen_path, "a") if sfen_path else None  # noqa: SIM115 (closed in finally)
     try:
         with tqdm(total=games, unit="game", disable=not progress, dynamic_ncols=True) as bar:
-            for i in range(games):
-                opening = game_opening(openings, i, paired)
-                game = play_game(engines, opening, i % 2, limits, max_moves)
-                result.games.append(game)
-                if csa_dir is not None:
-                    write_csa(Path(csa_dir) / f"game-{i + 1:04d}.csa", game, result.names)
-                if sfen_file is not None:
-                    sfen_file.write(opening.usi(game.moves) + "\n")
-                    sfen_file.flush()
-                e = result.elo
-                bar.set_postfix_str(f"+{e.wins} -{e.losses} ={e.draws} Elo {e.elo:+.0f}", refresh=False)
-                bar.update(1)
+            while True:
+                while next_game < games and len(running) < at_once and result.stopped is None:
+                    running.add(pool.submit(play, next_game))
+                    next_game += 1
+                if not running:
+                    break
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    record(future.result())
     finally:
+        if running:  # an error or an interrupt: games still in play end as their engines are quit
+            for engine in engines:
+                engine.retire()
+        pool.shutdown(wait=True, cancel_futures=True)
         if sfen_file is not None:
             sfen_file.close()
     return result
@@ -268,10 +366,14 @@ def run_match(
     games: int,
     limits: Sequence[GoLimit],
     timeout: float = DEFAULT_MOVE_TIMEOUT,
+    concurrency: int = 1,
     **kwargs: Any,
 ) -> MatchResult:
-    """Start both engines, play the match, quit them."""
+    """Start both engines (`concurrency` copies of each, one pair per game played at once), play the
+    match, quit them."""
     if len(specs) != 2:
         raise ValueError("a match needs two engines")
-    with started(specs, timeout) as engines:
+    if concurrency < 1:
+        raise UserError(f"--concurrency must be >= 1, got {concurrency}")
+    with started(list(specs) * min(concurrency, games), timeout) as engines:
         return play_match(engines, games, limits, **kwargs)

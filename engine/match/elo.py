@@ -9,6 +9,7 @@ would be infinitely many Elo, so p is kept half a pseudo-game away from 0 and 1.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 Z95 = 1.959963984540054  # two-sided 95% quantile of the normal distribution
@@ -40,6 +41,11 @@ def score_to_elo(p: float) -> float:
     return -400.0 * math.log10(1.0 / p - 1.0) + 0.0  # + 0.0: no "-0" for an even score
 
 
+def expected_score(elo: float) -> float:
+    """The inverse of score_to_elo: the expected score of a player `elo` stronger than its opponent."""
+    return 1.0 / (1.0 + 10.0 ** (-elo / 400.0))
+
+
 def clamp_score(p: float, games: int) -> float:
     """Keep p at least 1 / (2 (N + 1)) away from 0 and 1: a finite Elo for perfect scores."""
     eps = 0.5 / (games + 1)
@@ -64,14 +70,30 @@ def elo_estimate(wins: int, losses: int, draws: int) -> EloEstimate:
     score = (wins + 0.5 * draws) / n
     p = clamp_score(score, n)
     variance = (wins * (1.0 - p) ** 2 + draws * (0.5 - p) ** 2 + losses * p**2) / n
-    stderr = math.sqrt(variance / n)
-    slope = 400.0 / (math.log(10.0) * p * (1.0 - p))
     return EloEstimate(
         wins,
         losses,
         draws,
         score,
         score_to_elo(p),
-        Z95 * stderr * slope,
+        error95(p, math.sqrt(variance / n)),
         likelihood_of_superiority(wins, losses),
     )
+
+
+def error95(p: float, stderr: float) -> float:
+    """Half-width in Elo of the 95% interval of a score `p` with standard error `stderr`: the delta
+    method through the Elo curve, whose slope is 400 / (ln 10 p (1 - p))."""
+    return Z95 * stderr * 400.0 / (math.log(10.0) * p * (1.0 - p))
+
+
+def pair_error95(pair_scores: Sequence[float]) -> float:
+    """The 95% half-width from the scores of game pairs (one opening, colours swapped; each the mean
+    of its two games): the pentanomial model, whose variance keeps what the two games of a pair share
+    through their opening. Infinite below two pairs."""
+    n = len(pair_scores)
+    if n < 2:
+        return math.inf
+    p = clamp_score(sum(pair_scores) / n, 2 * n)
+    variance = sum((x - p) ** 2 for x in pair_scores) / n
+    return error95(p, math.sqrt(variance / n))
