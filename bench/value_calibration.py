@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cshogi  # noqa: E402
 import numpy as np  # noqa: E402
 
+from engine.backends.choose import create_evaluator  # noqa: E402
+from engine.backends.evaluator import Evaluator  # noqa: E402
 from engine.core.score import EVAL_COEF  # noqa: E402
 from engine.errors import cli_main  # noqa: E402
 from train.record_readers import read_hcpe  # noqa: E402
@@ -64,31 +66,29 @@ def boards_and_results(rows: np.ndarray) -> tuple[list[cshogi.Board], np.ndarray
     return boards, results
 
 
-def value_logits(model: str, boards: list[cshogi.Board]) -> np.ndarray:
-    """The network's value for each position, as a logit (the CPU's float backend, not int8)."""
-    from engine.backends.choose import create_evaluator
-
-    with create_evaluator(model, max_batch=BATCH, log=lambda _: None) as ev:
-        values = [ev.evaluate_boards(boards[s : s + BATCH])[1][: len(boards[s : s + BATCH])]
-                  for s in range(0, len(boards), BATCH)]  # fmt: skip
+def value_logits(ev: Evaluator, boards: list[cshogi.Board]) -> np.ndarray:
+    """The network's value for each position, as a logit."""
+    values = [ev.evaluate_boards(boards[s : s + BATCH])[1][: len(boards[s : s + BATCH])]
+              for s in range(0, len(boards), BATCH)]  # fmt: skip
     v = np.clip(np.concatenate(values).astype(np.float64).reshape(-1), 1e-7, 1 - 1e-7)
     return np.log(v / (1.0 - v))
 
 
-def report(path: str, check_model: bool, model: str | None = None) -> list[str]:
-    """The figures for one file; with check_model, of `model` too (None: the shipped model)."""
+def report(path: str, ev: Evaluator | None) -> list[str]:
+    """The figures for one file; with an evaluator, of its network's value too."""
     rows = read_hcpe(path)
     boards, y = boards_and_results(rows)
-    ev = rows["eval"].astype(np.float64)
-    scored = np.abs(ev) < MATE_EVAL
-    coef = best_scale(ev[scored], y[scored], 50.0, 20000.0)
+    scores = rows["eval"].astype(np.float64)
+    scored = np.abs(scores) < MATE_EVAL
+    x, xy = scores[scored], y[scored]
+    coef = best_scale(x, xy, 50.0, 20000.0)
     lines = [
         f"{path}: {len(rows)} positions ({int(scored.sum())} scored under {MATE_EVAL})",
-        f"  eval coefficient: best {coef:.0f} (loss {logistic_nll(ev[scored], y[scored], coef):.4f}) against "
-        f"dlshogi's {EVAL_COEF:.0f} (loss {logistic_nll(ev[scored], y[scored], EVAL_COEF):.4f})",
+        f"  eval coefficient: best {coef:.0f} (loss {logistic_nll(x, xy, coef):.4f}) against "
+        f"dlshogi's {EVAL_COEF:.0f} (loss {logistic_nll(x, xy, EVAL_COEF):.4f})",
     ]
-    if check_model:
-        logit = value_logits(model, boards)
+    if ev is not None:
+        logit = value_logits(ev, boards)
         t = best_scale(logit, y, 0.05, 20.0)
         lines.append(
             f"  value temperature: best {t:.2f} (loss {logistic_nll(logit, y, t):.4f}) against 1 "
@@ -103,9 +103,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("records", nargs="+", help="hcpe files")
     p.add_argument("--model", help="also check this network's value (.pt / .onnx; 'default' = shipped)")
     a = p.parse_args(argv)
-    model = None if a.model in (None, "default") else a.model
-    for path in a.records:
-        print("\n".join(report(path, a.model is not None, model)), flush=True)
+    ev = None
+    if a.model is not None:  # in float, not the engine's int8: the network's own value
+        ev = create_evaluator(None if a.model == "default" else a.model, max_batch=BATCH, log=lambda _: None)
+    try:
+        for path in a.records:
+            print("\n".join(report(path, ev)), flush=True)
+    finally:
+        if ev is not None:
+            ev.close()
 
 
 if __name__ == "__main__":
