@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import signal
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -322,7 +324,19 @@ def play_match(
         finally:
             free.put(pair)
 
+    interrupted = threading.Event()
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        """Ctrl-C ends the games in play by quitting their engines; the loop below then stops. Raising
+        KeyboardInterrupt here instead could leave a future's lock held (mid concurrent.futures.wait)
+        and the pool waiting on it forever."""
+        interrupted.set()
+        for engine in engines:
+            engine.retire()
+
     def record(game: Game) -> None:
+        if interrupted.is_set():
+            return  # a game cut short by Ctrl-C has no result
         result.games.append(game)
         if csa_dir is not None:
             write_csa(Path(csa_dir) / f"game-{game.number + 1:04d}.csa", game, result.names)
@@ -340,9 +354,11 @@ def play_match(
     running: set[Future[Game]] = set()
     next_game = 0
     sfen_file = open(sfen_path, "a") if sfen_path else None  # noqa: SIM115 (closed in finally)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_interrupt) if main else None
     try:
         with tqdm(total=games, unit="game", disable=not progress, dynamic_ncols=True) as bar:
-            while True:
+            while not interrupted.is_set():
                 while next_game < games and len(running) < at_once and result.stopped is None:
                     running.add(pool.submit(play, next_game))
                     next_game += 1
@@ -351,7 +367,13 @@ def play_match(
                 done, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     record(future.result())
+            if interrupted.is_set():
+                wait(running)
+                running = set()
+                raise KeyboardInterrupt
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         if running:  # an error or an interrupt: games still in play end as their engines are quit
             for engine in engines:
                 engine.retire()
