@@ -1,7 +1,8 @@
 """Converters between record formats and record statistics: the library behind bin/convert.
 
 CSA game records become hcpe (one record per position) or hcpe3 (one game at a time); hcpe3 becomes
-hcpe or dlshogi's training cache; seed `.data` files (gumbel self-play) become hcpe3. Every output is
+hcpe or dlshogi's training cache; seed `.data` files (gumbel self-play) become hcpe3; an OSL opening
+book (gpsshogi's `joseki.dat`) becomes a training cache. Every output is
 written atomically, so an interrupted conversion never leaves a half-written file.
 """
 
@@ -24,9 +25,10 @@ from engine.fileio import atomic_write
 from engine.records.formats import HCPE, MOVE_INFO, MOVE_VISITS, Hcpe3Game, PathLike
 from engine.records.hcp_check import is_valid_hcp
 from engine.records.hcpe3_games import check_hcpe3, iter_hcpe3_games
+from engine.records.osl_book import iter_book_positions, read_osl_book
 from engine.records.writers import write_hcpe3_games
 from train.csa import CsaRecord, parse_csa
-from train.hcpe3_cache import Hcpe3Cache, build_hcpe3_cache
+from train.hcpe3_cache import Hcpe3Cache, build_hcpe3_cache, encode_cache_entry, write_cache
 from train.record_detect import detect_format
 from train.record_readers import iter_hcpe3_positions, read_data, read_hcpe, usable_files
 
@@ -250,6 +252,51 @@ def hcpe3_cache(
     files = expand_inputs(inputs, (".hcpe3",), "hcpe3")
     stats = build_hcpe3_cache(files, out, average=average, temperature=temperature, progress=True)
     return Counter(vars(stats))
+
+
+# ---------------------------------------------------------------------------------------------------
+# OSL opening book -> hcpe3 cache
+
+
+def book_win_rate(wins: int, losses: int, prior_games: float) -> float:
+    """The side to move's winning rate in a book state's games, shrunk toward 0.5 by `prior_games`
+    virtual games (half won): a state seen in 3 games is no 100 % win."""
+    return (wins + prior_games / 2) / (wins + losses + prior_games)
+
+
+def osl_book_to_cache(path: PathLike, out: PathLike, prior_games: float = 10.0) -> Counter:
+    """dlshogi's training cache from an OSL opening book: one entry per state the book plays from,
+    the policy its move weights, value and result the side to move's shrunk winning rate (the cache
+    keeps both as fractions, which hcpe and hcpe3 cannot: their result is one game's)."""
+    if prior_games < 0:
+        raise UserError(f"--prior-games must be >= 0, got {prior_games}")
+    book = read_osl_book(path)
+    if not (book.moves["weight"] > 0).any():
+        raise UserError(f"{path}: the book plays no move (every weight is 0); nothing to learn from")
+    counts: Counter = Counter()
+
+    def entries() -> Iterator[bytes]:
+        for pos in tqdm(iter_book_positions(book), desc="book states", unit="state"):
+            counts["states"] += 1
+            played = [(usi, w) for usi, w, _ in pos.moves if w > 0]
+            if not played:
+                counts["no weighted move"] += 1
+                continue
+            board = pos.board
+            black = board.turn == cshogi.BLACK
+            wins, losses = (pos.black_wins, pos.white_wins) if black else (pos.white_wins, pos.black_wins)
+            rate = book_win_rate(wins, losses, prior_games)
+            move16s = np.array([cshogi.move16(board.move_from_usi(u)) for u, _ in played], np.uint16)
+            weights = np.array([w for _, w in played], np.float64)
+            hcp = np.empty(1, cshogi.HuffmanCodedPos)
+            board.to_hcp(hcp)
+            counts["positions"] += 1
+            yield encode_cache_entry(
+                hcp.tobytes(), rate, rate, 1, move16s, (weights / weights.sum()).astype(np.float32)
+            )
+
+    write_cache(out, entries())
+    return counts
 
 
 # ---------------------------------------------------------------------------------------------------

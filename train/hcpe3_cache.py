@@ -69,16 +69,17 @@ def result_for_turn(result: int, turn: int) -> float:
     return 1.0 if (game == BLACK_WIN) == (turn == cshogi.BLACK) else 0.0
 
 
-def _encode_cache_entry(
+def encode_cache_entry(
     hcp: bytes, value: float, result: float, count: int, move16s: np.ndarray, probs: np.ndarray
 ) -> bytes:
+    """One entry: value, result and probs are sums over `count` merged positions."""
     cands = np.zeros(len(move16s), CACHE_CANDIDATE)  # zeroed padding: reproducible bytes
     cands["move16"] = move16s
     cands["prob"] = probs
     return struct.pack("<32sffi", hcp, value, result, count) + cands.tobytes()
 
 
-def _write_cache(out_path: PathLike, entries: Iterable[bytes]) -> int:
+def write_cache(out_path: PathLike, entries: Iterable[bytes]) -> int:
     """Spool the entries to a temp file to learn the offsets, then write header + entries atomically."""
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -140,7 +141,7 @@ def build_hcpe3_cache(
 
     def plain() -> Iterator[bytes]:
         for hcp, value, result, move16s, probs in targets():
-            yield _encode_cache_entry(hcp, value, result, 1, move16s, probs)
+            yield encode_cache_entry(hcp, value, result, 1, move16s, probs)
 
     def averaged() -> Iterator[bytes]:
         merged: dict[bytes, list] = {}
@@ -159,9 +160,9 @@ def build_hcpe3_cache(
         for hcp, (value, result, count, policy) in merged.items():
             move16s = np.fromiter(policy.keys(), np.uint16, len(policy))
             probs = np.fromiter(policy.values(), np.float32, len(policy))
-            yield _encode_cache_entry(hcp, value, result, count, move16s, probs)
+            yield encode_cache_entry(hcp, value, result, count, move16s, probs)
 
-    stats.entries = _write_cache(out_path, averaged() if average else plain())
+    stats.entries = write_cache(out_path, averaged() if average else plain())
     return stats
 
 
