@@ -1,4 +1,5 @@
-"""Shared fixtures: positions from random legal games (both colours, drops, promotions, checks)."""
+"""Shared fixtures: positions from random legal games (both colours, drops, promotions, checks) and an
+untrained tiny network for the engine tests."""
 
 from __future__ import annotations
 
@@ -40,3 +41,13 @@ def positions() -> list[cshogi.Board]:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """An untrained 'tiny' network checkpoint: the engine runs fast, its moves mean nothing."""
+    from engine.core.network import build, preset, save_checkpoint
+
+    path = tmp_path_factory.mktemp("tiny") / "tiny.pt"
+    save_checkpoint(path, build(preset("tiny"), seed=0))
+    return path

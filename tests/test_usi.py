@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.backends.onnx_model import write_onnx
-from engine.core.network import build, preset, save_checkpoint
+from engine.core.network import build, preset
 from engine.core.position import check_sfen, parse_position
 from engine.core.score import value_to_eval
 from engine.play import timeman
@@ -66,10 +66,8 @@ def start(options: dict) -> Engine:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("usi") / "tiny.pt"
-    save_checkpoint(path, build(preset("tiny"), seed=0))
-    return path
+def model(tiny_model) -> Path:
+    return tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -98,6 +98,10 @@ def default_options() -> list[Option]:
         Option("Const_Playout", "spin", 0, 0, big),
         Option("UCT_NodeLimit", "spin", 2_000_000, 1000, big),
         Option("ReuseSubtree", "check", True),
+        Option("USI_OwnBook", "check", True),  # use Book_File when one is set
+        Option("Book_File", "filename", ""),  # an OSL weighted book, e.g. gpsshogi's joseki.dat; empty: none
+        Option("Book_Moves", "spin", 64, 0, 10000),  # the book is asked up to this move number
+        Option("Book_Best_Move", "check", False),  # the heaviest book move; else drawn by the weights
     ]
 
 

@@ -41,6 +41,8 @@ from engine.core.position import board_after, parse_position
 from engine.core.score import value_to_eval
 from engine.paths import REPO_ROOT
 from engine.play import timeman
+from engine.play.answers import format_info, one_line, safe_move
+from engine.play.book import BookSlot, OpeningBook, choose_book_move
 from engine.play.deadlines import MateClock, TimedEvaluator
 from engine.play.go import GoCommand, parse_go, time_budget
 from engine.play.network import load_evaluators
@@ -75,6 +77,7 @@ class UsiEngine:
         self.position: tuple[str, list[int]] = (cshogi.STARTING_SFEN, [])
         self.position_error: str | None = None  # why the last `position` was rejected
         self.mate = MateSearcher()
+        self.books = BookSlot()
         self._mate_error: str | None = None  # shown once, not at every move
         self.evaluator: Evaluator | None = None
         self.spares: list[Evaluator] = []  # UCT_Threads beyond the first
@@ -150,6 +153,7 @@ class UsiEngine:
             t.thread.join()  # it sent bestmove and is ending: options set since then load now
         if t is None or not t.thread.is_alive():
             self._ensure_evaluator()
+            self._book()
         self.send("readyok")
 
     def cmd_setoption(self, line: str) -> None:
@@ -204,17 +208,26 @@ class UsiEngine:
 
     # ----- model -----
 
-    def _model_path(self) -> Path | None:
-        text = str(self.values["DNN_Model"]).strip()
+    def _option_path(self, name: str) -> Path | None:
+        """A file option's path (relative: to the engine's folder); None when it is empty."""
+        text = str(self.values[name]).strip()
         if not text:
             return None
         path = Path(text).expanduser()
         return path if path.is_absolute() else (self.engine_dir / path).resolve()
 
+    def _book(self) -> OpeningBook | None:
+        """The opening book Book_File names (loaded on first use); a load error is reported, no book."""
+        try:
+            return self.books.sync(self._option_path("Book_File"))
+        except Exception as e:
+            self.error(f"Book_File: {one_line(e)}; playing without a book")
+            return None
+
     def _ensure_evaluator(self) -> Evaluator | None:
         """(Re)load the network when an option it depends on changed; errors become info strings."""
         names = ("Backend", "DNN_Batch_Size", "Threads", "DNN_Activation", "CPU_Int8", "UCT_Threads")
-        key = (self._model_path(), *(self.values[n] for n in names))
+        key = (self._option_path("DNN_Model"), *(self.values[n] for n in names))
         if key == self._loaded_key:
             return self.evaluator
         for ev in self.spares:
@@ -225,7 +238,7 @@ class UsiEngine:
         try:
             timed, *spares = load_evaluators(key[0], self.values, self.info_string)
         except Exception as e:
-            self.load_error = f"DNN_Model {key[0] or '(default)'}: {_one_line(e)}"
+            self.load_error = f"DNN_Model {key[0] or '(default)'}: {one_line(e)}"
             self.error(self.load_error)
             return None
         self.load_error = None
@@ -307,7 +320,7 @@ class UsiEngine:
                 answer = self._decide(t, board, *t.position)
         except Exception as e:
             self._report_exception(e)
-            answer = _safe_move(board)
+            answer = safe_move(board)
         self._wait_release(t)
         t.answered.set()
         self.send(answer)
@@ -315,7 +328,7 @@ class UsiEngine:
     def _report_exception(self, e: Exception) -> None:
         where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
         loc = f" at {Path(where.filename).name}:{where.lineno}" if where else ""
-        self.error(f"search failed ({type(e).__name__}: {_one_line(e)}{loc}); playing a safe move")
+        self.error(f"search failed ({type(e).__name__}: {one_line(e)}{loc}); playing a safe move")
 
     def _decide(self, t: _Thinking, board: cshogi.Board, sfen: str, moves: list[int]) -> str:
         """The bestmove line for the root position."""
@@ -323,6 +336,11 @@ class UsiEngine:
             return "bestmove resign"
         if board.is_nyugyoku():
             return "bestmove win"
+        book = self._book() if self.values["USI_OwnBook"] else None
+        if book and board.move_number <= self.values["Book_Moves"] and (choices := book.moves(board)):
+            move = choose_book_move(choices, self.values["Book_Best_Move"], self.rng)
+            self.info_string(f"book {move} ({' '.join(f'{m}:{w}' for m, w in choices)})")
+            return f"bestmove {move}"
         clock = MateClock(t.control)
         mate = self._root_mate(t, board, clock)
         if mate is not None:
@@ -337,7 +355,7 @@ class UsiEngine:
         ev = self._ensure_evaluator()
         if ev is None:
             self.error(f"{self.load_error}; playing the first legal move")
-            return _safe_move(board)
+            return safe_move(board)
         if self.values["Search_Mode"] == "policy":
             return self._policy_play(ev, board)
         search = self.search
@@ -436,32 +454,6 @@ class UsiEngine:
 
     def _send_info(self, r: PuctResult) -> None:
         self.send(format_info(r, self.values["UCT_NodeLimit"]))
-
-
-def format_info(r: PuctResult, node_limit: int) -> str:
-    ms = int(r.elapsed * 1000)
-    nps = int(r.playouts / r.elapsed) if r.elapsed > 0 else 0
-    score = f"mate {r.mate_plies}" if r.mate_plies else f"cp {value_to_eval(r.value)}"
-    line = (
-        f"info depth {r.depth} seldepth {r.seldepth} nodes {r.playouts} nps {nps} time {ms}"
-        f" hashfull {min(1000, r.nodes * 1000 // max(node_limit, 1))} score {score}"
-    )
-    if r.pv:
-        line += " pv " + " ".join(cshogi.move_to_usi(m) for m in r.pv)
-    return line
-
-
-def _safe_move(board: cshogi.Board) -> str:
-    """A legal answer without the network: a mate in one, else the first legal move, else resign."""
-    if board.is_game_over():
-        return "bestmove resign"
-    m = 0 if board.is_check() else board.mate_move_in_1ply()
-    return f"bestmove {cshogi.move_to_usi(m or next(iter(board.legal_moves)))}"
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0][:300] if text else type(e).__name__
 
 
 def _stdout_writer() -> Callable[[str], None]:
