@@ -164,6 +164,7 @@ def main() -> int:
     ap.add_argument("--backend", default=None, help="Backend option (default: auto)")
     args = ap.parse_args()
     options = {k: v for k, v in (("DNN_Model", args.model), ("Backend", args.backend)) if v}
+    options["USI_OwnBook"] = "false"  # book moves take no time: every move must be searched
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.burn)]
     engine = greedy = None
     try:

@@ -46,7 +46,8 @@ def main() -> None:
     ap.add_argument("--plies", type=int, default=40, help="moves per game (default 40)")
     ap.add_argument("--option", action="append", default=[], help="NAME=VALUE for every engine")
     args = ap.parse_args()
-    options = parse_usi_options(args.option)
+    # Book moves take no time: every move is searched unless --option USI_OwnBook=true says otherwise.
+    options = {"USI_OwnBook": "false", **parse_usi_options(args.option)}
     base = None
     print(f"go byoyomi {args.byoyomi}, {args.plies} plies of each engine's own game")
     for command in args.engines:

@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 
 from engine.errors import UserError
-from engine.play.book import BookSlot, OpeningBook, choose_book_move
-from tests.test_osl_book import GPS_BOOK, small_book
+from engine.play.book import GPSSHOGI_BOOK, BookSlot, OpeningBook, choose_book_move
+from engine.play.options import default_options
+from tests.test_osl_book import small_book
 from tests.test_usi import FAST, read_until, send, start
+
+OPTIONS = {o.name: o.default for o in default_options()}
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +50,11 @@ def test_choice_follows_the_weights():
     assert 0.75 < picks.count("7g7f") / len(picks) < 0.85
 
 
+def test_book_file_defaults_to_gpsshogis_book_where_installed():
+    assert OPTIONS["Book_File"] == (str(GPSSHOGI_BOOK) if GPSSHOGI_BOOK.is_file() else "")
+    assert OPTIONS["USI_OwnBook"] is True
+
+
 def test_slot_loads_once_and_forgets_a_bad_file(book_file: Path, tmp_path: Path):
     slot = BookSlot()
     book = slot.sync(book_file)
@@ -65,7 +73,8 @@ def bestmove(engine, position: str) -> tuple[str, list[str]]:
 
 
 def test_engine_plays_the_book_then_searches(tiny_model, book_file: Path):
-    engine = start({"DNN_Model": tiny_model, **FAST, "Book_File": book_file, "Book_Best_Move": "true"})
+    options = {"USI_OwnBook": "true", "Book_File": book_file, "Book_Best_Move": "true"}
+    engine = start({"DNN_Model": tiny_model, **FAST, **options})
     try:
         move, lines = bestmove(engine, "position startpos")
         assert move == "7g7f" and "info string book 7g7f (7g7f:8000 2g2f:2000)" in lines
@@ -86,7 +95,7 @@ def test_engine_plays_the_book_then_searches(tiny_model, book_file: Path):
 
 def test_engine_with_a_bad_book_says_so_and_plays(tiny_model, tmp_path: Path):
     (tmp_path / "junk.dat").write_bytes(b"\0" * 20)
-    engine = start({"DNN_Model": tiny_model, **FAST})
+    engine = start({"DNN_Model": tiny_model, **FAST, "USI_OwnBook": "true"})
     try:
         send(engine, f"setoption name Book_File value {tmp_path / 'junk.dat'}")
         send(engine, "isready")
@@ -101,13 +110,14 @@ def test_engine_with_a_bad_book_says_so_and_plays(tiny_model, tmp_path: Path):
         engine.quit()
 
 
-@pytest.mark.skipif(not GPS_BOOK.is_file(), reason="Debian's gpsshogi-data is not installed")
-def test_engine_with_gpsshogi_book(tiny_model):
-    engine = start({"DNN_Model": tiny_model, **FAST, "Book_File": GPS_BOOK})
+@pytest.mark.skipif(not GPSSHOGI_BOOK.is_file(), reason="Debian's gpsshogi-data is not installed")
+def test_engine_plays_gpsshogis_book_by_default(tiny_model):
+    assert OPTIONS["Book_File"] == str(GPSSHOGI_BOOK)
+    engine = start({"DNN_Model": tiny_model, **FAST, "USI_OwnBook": "true"})  # Book_File as it comes
     try:
         move, lines = bestmove(engine, "position startpos")
         assert move in {"7g7f", "2g2f"} and any(line.startswith("info string book ") for line in lines)
         move, _ = bestmove(engine, "position startpos moves 7g7f 3c3d")
-        assert move in {u for u, w in OpeningBook.load(GPS_BOOK).moves(board_after("7g7f", "3c3d"))}
+        assert move in {u for u, w in OpeningBook.load(GPSSHOGI_BOOK).moves(board_after("7g7f", "3c3d"))}
     finally:
         engine.quit()

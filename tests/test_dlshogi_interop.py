@@ -147,7 +147,7 @@ def test_usi_engine_plays_dlshogis_policy(name, boards, reference, tmp_path):
     assert len(want) >= 40
     script = [f"setoption name DNN_Model value {FIXTURES / name}", "setoption name Search_Mode value policy",
               "setoption name Mate_Root_Search value 0", "setoption name DNN_Batch_Size value 4",
-              "setoption name CPU_Int8 value false"]  # fmt: skip
+              "setoption name CPU_Int8 value false", "setoption name USI_OwnBook value false"]  # fmt: skip
     # (fp32: exactly dlshogi's numbers, not the int8 model's)
     if activation:
         script.append(f"setoption name DNN_Activation value {activation}")

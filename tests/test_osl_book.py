@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from engine.errors import UserError
+from engine.play.book import GPSSHOGI_BOOK
 from engine.records.osl_book import BOARD_BYTES, iter_book_positions, osl_move_to_usi, read_osl_book
 from tests.test_convert import run_cli
 from train import convert
 from train.hcpe3_cache import Hcpe3Cache
 from train.record_detect import detect_format
 
-GPS_BOOK = Path("/usr/share/gpsshogi-data/data/joseki.dat")
 PAWN, SILVER, BISHOP = 10, 13, 14  # OSL's piece type numbers
 BLACK, WHITE = 0, -1  # OSL's players, in the move's top bits
 
@@ -155,17 +155,17 @@ def test_cli(tmp_path: Path):
     assert proc.stderr.startswith("convert: error: junk.dat: not an OSL opening book")
 
 
-@pytest.mark.skipif(not GPS_BOOK.is_file(), reason="Debian's gpsshogi-data is not installed")
+@pytest.mark.skipif(not GPSSHOGI_BOOK.is_file(), reason="Debian's gpsshogi-data is not installed")
 def test_gpsshogi_book(tmp_path: Path):
     """The book gpsshogi's authors made: every move legal, every state one board, the start's moves
     those of strong players (7g7f and 2g2f played, the rest seen in the games)."""
-    book = read_osl_book(GPS_BOOK)
+    book = read_osl_book(GPSSHOGI_BOOK)
     positions = list(iter_book_positions(book))
     assert len(positions) > 40_000
     start = positions[0]
     assert start.board.sfen() == cshogi.Board().sfen() and start.black_wins + start.white_wins > 20_000
     assert {u for u, w, _ in start.moves if w > 0} == {"7g7f", "2g2f"}
-    counts = convert.osl_book_to_cache(GPS_BOOK, tmp_path / "gps.cache")
+    counts = convert.osl_book_to_cache(GPSSHOGI_BOOK, tmp_path / "gps.cache")
     cache = Hcpe3Cache(tmp_path / "gps.cache")
     assert len(cache) == counts["positions"] > 20_000
     _, value, _, _, probs = cache.entry(0)

@@ -33,7 +33,8 @@ MATE_IN_CHECK = "2gS1g1n1/L5k2/2N1L4/1ppp5/1g5P1/9/1P1P2L1L/2+r6/N1+b1KG1Nb w 3P
 MATED_IN_TWO = "8k/6+R2/p8/9/9/9/9/9/4K4 w G 1"  # White's one move (9c9d) allows G*1b mate; not in check
 NO_QUICK_MATE = "1n2k4/l2g1s3/p1ps1p+B2/4p1p2/9/5P1P1/PN2P1P1S/L1P6/1NK5L w RGNL3Prb2gs4p 74"  # df-pn: many s
 OPTION_DEFAULTS = {o.name: o.default for o in default_options()}
-FAST = {"DNN_Batch_Size": 4, "Backend": "torch", "PV_Interval": 100}
+# USI_OwnBook off: where gpsshogi's book is installed it is the default, and these tests are of the search
+FAST = {"DNN_Batch_Size": 4, "Backend": "torch", "PV_Interval": 100, "USI_OwnBook": "false"}
 
 
 def read_until(engine: Engine, prefix: str, timeout: float = 20.0) -> list[str]:

@@ -38,6 +38,7 @@ SETUP = {
     "Const_Playout": "8",
     "PV_Interval": "0",
     "Mate_Root_Nodes": "1000",
+    "USI_OwnBook": "false",  # GAME is a book line: answered from gpsshogi's book where it is installed
 }
 
 # A real game's opening (a Static Rook vs Ranging Rook line), as GUIs send it move by move.

@@ -15,6 +15,13 @@ import numpy as np
 
 from engine.records.osl_book import iter_book_positions, read_osl_book
 
+GPSSHOGI_BOOK = Path("/usr/share/gpsshogi-data/data/joseki.dat")  # Debian's gpsshogi-data
+
+
+def default_book_path() -> Path | None:
+    """gpsshogi's book where it is installed: Book_File's default, as dlshogi's engine plays its book."""
+    return GPSSHOGI_BOOK if GPSSHOGI_BOOK.is_file() else None
+
 
 def position_key(board: cshogi.Board) -> str:
     """The board, hands and side to move: the SFEN less its move number."""

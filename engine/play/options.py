@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.backends.choose import BACKENDS, default_model_path
+from engine.play.book import default_book_path
 from engine.search.mate import MAX_DEPTH, MAX_LEAF_PLIES
 from engine.search.puct import SEARCH_MODES, PuctParams
 
@@ -61,6 +62,7 @@ class Option:
 
 def default_options() -> list[Option]:
     model = default_model_path()
+    book = default_book_path()
     big = 2**31 - 1
     return [
         Option("USI_Ponder", "check", False),
@@ -99,7 +101,7 @@ def default_options() -> list[Option]:
         Option("UCT_NodeLimit", "spin", 2_000_000, 1000, big),
         Option("ReuseSubtree", "check", True),
         Option("USI_OwnBook", "check", True),  # use Book_File when one is set
-        Option("Book_File", "filename", ""),  # an OSL weighted book, e.g. gpsshogi's joseki.dat; empty: none
+        Option("Book_File", "filename", str(book) if book else ""),  # an OSL weighted book; empty: none
         Option("Book_Moves", "spin", 64, 0, 10000),  # the book is asked up to this move number
         Option("Book_Best_Move", "check", False),  # the heaviest book move; else drawn by the weights
     ]

@@ -153,7 +153,8 @@ class UsiEngine:
             t.thread.join()  # it sent bestmove and is ending: options set since then load now
         if t is None or not t.thread.is_alive():
             self._ensure_evaluator()
-            self._book()
+            if self.values["USI_OwnBook"]:
+                self._book()
         self.send("readyok")
 
     def cmd_setoption(self, line: str) -> None:
