@@ -20,12 +20,15 @@ from engine.match.greedy_usi import GreedyPlayer, choose_move, move_score
 from engine.match.openings import (
     DEFAULT_RANDOM_PLIES,
     Opening,
+    book_openings,
     parse_opening,
     random_openings,
     read_openings,
     repeated_games,
 )
+from engine.play.book import GPSSHOGI_BOOK
 from engine.usi_client import EngineSpec, GoLimit, started
+from tests.test_osl_book import small_book
 
 REPO = Path(__file__).resolve().parent.parent
 GREEDY = str(REPO / "bin" / "greedy_usi")
@@ -148,6 +151,25 @@ def test_openings():
             parse_opening(bad)
 
 
+def test_book_openings_follow_the_games_of_the_book(tmp_path):
+    small_book(tmp_path / "b.dat")
+    # After 7g7f both replies were played (3 and 3 games); after 2g2f the reply's position has no games:
+    # the start's 2g2f (20 games) is drawn too, and then its one reply.
+    openings = book_openings(tmp_path / "b.dat", 10, 2, seed=0)
+    assert {o.moves for o in openings} == {("7g7f", "3c3d"), ("7g7f", "8c8d"), ("2g2f", "3c3d")}
+    assert book_openings(tmp_path / "b.dat", 2, 2, seed=5) == book_openings(tmp_path / "b.dat", 2, 2, seed=5)
+    with pytest.raises(UserError, match="no line of the book is 3 moves long"):
+        book_openings(tmp_path / "b.dat", 1, 3)
+
+
+@pytest.mark.skipif(not GPSSHOGI_BOOK.is_file(), reason="Debian's gpsshogi-data is not installed")
+def test_openings_from_gpsshogis_book():
+    openings = book_openings(GPSSHOGI_BOOK, 40, 16, seed=1)
+    assert len({o.moves for o in openings}) == 40 and all(len(o.moves) == 16 for o in openings)
+    assert all(o.board().move_number == 17 for o in openings)  # every move replayed legally
+    assert sum(o.moves[0] == "7g7f" for o in openings) > 10  # the commonest first move
+
+
 def test_read_openings_errors(tmp_path):
     good = tmp_path / "ok.txt"
     good.write_text("# comment\nstartpos moves 2g2f\n\n")
@@ -258,6 +280,8 @@ def test_match_cli(tmp_path):
         (["--option1", "Seed"], "NAME=VALUE"),
         (["--games", "0"], "--games must be positive"),
         (["--openings", str(tmp_path / "none")], "--openings"),
+        (["--book-openings", str(tmp_path / "none")], "no such file"),
+        (["--openings", "x", "--book-openings", "y"], "give one of them"),
     ):
         bad = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr

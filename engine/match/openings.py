@@ -1,10 +1,11 @@
-"""Match openings: start positions and moves, from USI lines or random plies, and which game uses which."""
+"""Match openings: start positions and moves, from USI lines, random plies or an opening book's lines, and
+which game uses which."""
 
 from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import cshogi
 
 from engine.core.rules import terminal
 from engine.errors import UserError
+from engine.records.formats import PathLike
+from engine.records.osl_book import osl_move_to_usi, read_osl_book
 from engine.usi_client import STARTPOS
 
 DEFAULT_RANDOM_PLIES = 4  # random opening plies, so deterministic engines still play distinct games
@@ -90,14 +93,27 @@ def read_openings(path: str | os.PathLike) -> list[Opening]:
     return openings
 
 
+def distinct_openings(lines: Callable[[], list[str]], count: int, plies: int, attempts: int) -> list[Opening]:
+    """Up to `count` distinct lines of exactly `plies` moves from the start, of `attempts` drawn."""
+    seen: set[tuple[str, ...]] = set()
+    openings: list[Opening] = []
+    for _ in range(attempts):
+        key = tuple(lines())
+        if len(key) == plies and key not in seen:
+            seen.add(key)
+            openings.append(Opening(STARTPOS, key))
+            if len(openings) == count:
+                break
+    return openings
+
+
 def random_openings(count: int, plies: int, seed: int = 0) -> list[Opening]:
     """`count` distinct openings of `plies` uniformly random legal moves from the start (none over)."""
     if plies <= 0:
         return [Opening()]
     rng = random.Random(seed)
-    seen: set[tuple[str, ...]] = set()
-    openings: list[Opening] = []
-    for _ in range(count * 20):
+
+    def line() -> list[str]:
         board, moves = cshogi.Board(), []
         for _ in range(plies):
             move = rng.choice(list(board.legal_moves))
@@ -105,12 +121,41 @@ def random_openings(count: int, plies: int, seed: int = 0) -> list[Opening]:
             moves.append(cshogi.move_to_usi(move))
             if terminal(board, None) is not None:
                 break
-        key = tuple(moves)
-        if len(moves) == plies and key not in seen:
-            seen.add(key)
-            openings.append(Opening(STARTPOS, key))
-            if len(openings) == count:
+        return moves
+
+    return distinct_openings(line, count, plies, count * 20)
+
+
+def book_openings(path: PathLike, count: int, plies: int, seed: int = 0) -> list[Opening]:
+    """`count` distinct openings of `plies` moves along an OSL opening book's lines (gpsshogi's
+    `joseki.dat`): at each position a move is drawn in proportion to the games that reached its
+    next position, so the openings are the ones strong players choose, common ones most often.
+    Lines that leave the book before `plies` are not used."""
+    book = read_osl_book(path)
+    games = (book.states["black_wins"] + book.states["white_wins"]).astype(float)
+    rng = random.Random(seed)
+
+    def line() -> list[str]:
+        state, board, moves = book.start, cshogi.Board(), []
+        while len(moves) < plies:
+            first, n = int(book.states[state]["first"]), int(book.states[state]["count"])
+            if n == 0:
                 break
+            options = book.moves[first : first + n]
+            reach = games[options["next"]]
+            pick = rng.choices(range(n), weights=reach if reach.sum() > 0 else None)[0]
+            usi = osl_move_to_usi(int(options["move"][pick]))
+            move = board.move_from_usi(usi)
+            if not move or not board.is_legal(move):
+                raise UserError(f"{path}: state {state}: book move {usi} is not legal in {board.sfen()}")
+            board.push(move)
+            moves.append(usi)
+            state = int(options["next"][pick])
+        return moves
+
+    openings = distinct_openings(line, count, plies, count * 50)
+    if not openings:
+        raise UserError(f"{path}: no line of the book is {plies} moves long")
     return openings
 
 
