@@ -14,7 +14,7 @@ import cshogi
 from engine.core.rules import terminal
 from engine.errors import UserError
 from engine.records.formats import PathLike
-from engine.records.osl_book import osl_move_to_usi, read_osl_book
+from engine.records.osl_book import iter_book_positions, read_osl_book
 from engine.usi_client import STARTPOS
 
 DEFAULT_RANDOM_PLIES = 4  # random opening plies, so deterministic engines still play distinct games
@@ -132,25 +132,17 @@ def book_openings(path: PathLike, count: int, plies: int, seed: int = 0) -> list
     next position, so the openings are the ones strong players choose, common ones most often.
     Lines that leave the book before `plies` are not used."""
     book = read_osl_book(path)
-    games = (book.states["black_wins"] + book.states["white_wins"]).astype(float)
+    positions = {p.index: p for p in iter_book_positions(book)}  # every move checked legal there
+    games = {i: p.black_wins + p.white_wins for i, p in positions.items()}
     rng = random.Random(seed)
 
     def line() -> list[str]:
-        state, board, moves = book.start, cshogi.Board(), []
-        while len(moves) < plies:
-            first, n = int(book.states[state]["first"]), int(book.states[state]["count"])
-            if n == 0:
-                break
-            options = book.moves[first : first + n]
-            reach = games[options["next"]]
-            pick = rng.choices(range(n), weights=reach if reach.sum() > 0 else None)[0]
-            usi = osl_move_to_usi(int(options["move"][pick]))
-            move = board.move_from_usi(usi)
-            if not move or not board.is_legal(move):
-                raise UserError(f"{path}: state {state}: book move {usi} is not legal in {board.sfen()}")
-            board.push(move)
+        index, moves = book.start, []
+        while len(moves) < plies and positions[index].moves:
+            options = positions[index].moves
+            reach = [games[nxt] for _, _, nxt in options]
+            usi, _, index = rng.choices(options, weights=reach if sum(reach) else None)[0]
             moves.append(usi)
-            state = int(options["next"][pick])
         return moves
 
     openings = distinct_openings(line, count, plies, count * 50)
