@@ -23,6 +23,7 @@ from engine.errors import UserError
 from engine.match.arbiter import Game
 from engine.match.openings import Opening
 from engine.usi_client import EngineSpec, GoLimit, usi_score_to_value
+from tests.test_osl_book import small_book
 from tests.usi_helpers import RANDOM_ENGINE
 from train.corpus import (
     LOG,
@@ -204,6 +205,32 @@ def test_rerun_continues_and_refuses_other_settings(scored, tmp_path):
         run_corpus(config(out, str(scored), 6, seed=1))
 
 
+def test_openings_from_a_book_are_its_distinct_lines(scored, tmp_path):
+    small_book(tmp_path / "b.dat")  # three lines of 2 moves: 7g7f 3c3d, 7g7f 8c8d, 2g2f 3c3d
+    out = tmp_path / "c"
+    run_corpus(config(out, str(scored), 3, book=tmp_path / "b.dat", book_plies=2))
+    rows = check_corpus(out)
+    starts = set()
+    for line in (["7g7f", "3c3d"], ["7g7f", "8c8d"], ["2g2f", "3c3d"]):
+        board = Opening(moves=tuple(line)).board()
+        starts.add(board.zobrist_hash())
+    seen = set()
+    board = cshogi.Board()
+    for hcp in rows["hcp"]:
+        board.set_hcp(hcp)
+        seen.add(board.zobrist_hash())
+    assert starts <= seen  # every line's end was played from, and no opening move was recorded
+    assert all(e["plies"] > 2 for e in log(out))
+    assert json.loads((out / "corpus.json").read_text())["book_plies"] == 2
+    with pytest.raises(UserError, match="other settings"):
+        run_corpus(config(out, str(scored), 3, book=tmp_path / "b.dat", book_plies=1))
+    with pytest.raises(UserError, match=r"only 3 distinct openings of 2 plies in .*b\.dat"):
+        run_corpus(config(tmp_path / "d", str(scored), 4, book=tmp_path / "b.dat", book_plies=2))
+    with pytest.raises(UserError, match="no line of the book is 3 moves long"):
+        run_corpus(config(tmp_path / "e", str(scored), 1, book=tmp_path / "b.dat", book_plies=3))
+    assert not (tmp_path / "e").exists()  # a bad book leaves no output folder behind
+
+
 @pytest.mark.parametrize("mode", ["crash", "hang"])
 def test_failed_games_are_dropped_and_engines_restarted(scored, tmp_path, mode):
     out = tmp_path / "c"
@@ -232,6 +259,14 @@ def test_engines_that_always_fail_end_the_run(scored, tmp_path):
         (["--nodes", "5", "--option1", "Th"], "corpus: error: --option1 'Th': expected NAME=VALUE"),
         (["--nodes", "5", "--engine2", "/nonexistent/engine"], "corpus: error: engine '/nonexistent/engine'"),
         (["--nodes", "5", "--depth2", "-1"], "corpus: error: engine 2: --depth2 must be positive, got -1"),
+        (
+            ["--nodes", "5", "--book-openings", "/nonexistent/b.dat"],
+            "corpus: error: /nonexistent/b.dat: no such file",
+        ),
+        (
+            ["--nodes", "5", "--book-openings", "b.dat", "--book-plies", "0"],
+            "corpus: error: --book-plies must be >= 1",
+        ),
     ],
 )
 def test_bad_settings_are_one_line_errors(tmp_path, extra, message):

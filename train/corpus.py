@@ -2,8 +2,10 @@
 
 `parallel` games run at once, each in a worker thread that owns its two engine processes and plays
 with `engine.match.arbiter.play_game` (the arbiter's rules, crash/timeout detection, engine restart). Game i
-starts from opening i of `engine.match.openings.random_openings(seed)` (distinct random plies, not recorded)
-with teacher `i % 2` as Black, so both teachers play both colours. Every move after the opening
+starts from opening i of `engine.match.openings.random_openings(seed)` (distinct random plies) or, with a
+`book`, of `book_openings(book, seed)` (distinct lines of an opening book, so the games reach the
+middlegames of normal shogi); the opening moves are not recorded. Teacher `i % 2` plays Black, so both
+teachers play both colours. Every move after the opening
 becomes a row: the position, the move played, the mover's `info score` as eval (dlshogi's scale, so
 training's val_lambda can mix score and result) and the game result. A position already in the
 corpus (any earlier game, any earlier run) is dropped; in hcpe3 a game is cut into runs of new
@@ -23,7 +25,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from engine.core.score import value_to_eval
 from engine.errors import UserError
 from engine.fileio import atomic_write_text, check_output_dir
 from engine.match.arbiter import Game, play_game
-from engine.match.openings import Opening, random_openings
+from engine.match.openings import Opening, book_openings, random_openings
 from engine.records.formats import HCPE
 from engine.records.writers import Hcpe3Writer, append_hcpe
 from engine.selfplay.processes import stop_on_signals
@@ -77,6 +79,8 @@ class CorpusConfig:
     games: int
     parallel: int = 1
     random_plies: int = 6
+    book: Path | None = None  # an OSL opening book: openings along its lines instead of random plies
+    book_plies: int = 16
     seed: int = 0
     max_moves: int = DEFAULT_MAX_MOVES
     timeout: float = DEFAULT_MOVE_TIMEOUT
@@ -86,8 +90,10 @@ class CorpusConfig:
     def validate(self) -> None:
         if self.games < 1 or self.parallel < 1 or self.max_moves < 1 or self.timeout <= 0:
             raise UserError("--games, --parallel, --max-moves and --timeout must be positive")
-        if self.random_plies < 1:
+        if self.book is None and self.random_plies < 1:
             raise UserError("--random-plies must be >= 1: deterministic engines need distinct openings")
+        if self.book is not None and self.book_plies < 1:
+            raise UserError("--book-plies must be >= 1: deterministic engines need distinct openings")
         if not self.formats or set(self.formats) - set(FORMATS):
             raise UserError(f"--format: choose from {', '.join(FORMATS)}, got {','.join(self.formats)}")
         for i, teacher in enumerate(self.teachers):
@@ -97,7 +103,11 @@ class CorpusConfig:
         """What makes two runs' games alike: a rerun must match, to continue the same corpus."""
         return {
             "teachers": [t.settings() for t in self.teachers],
-            "random_plies": self.random_plies,
+            **(
+                {"book": str(self.book.resolve()), "book_plies": self.book_plies}
+                if self.book is not None
+                else {"random_plies": self.random_plies}
+            ),
             "seed": self.seed,
             "max_moves": self.max_moves,
             "formats": list(self.formats),
@@ -316,19 +326,30 @@ def _pending(done: set[int]) -> Iterator[int]:
 
 
 class _Openings:
-    """Opening i of `random_openings(seed)`, a prefix-stable sequence grown on demand."""
+    """Opening i of a prefix-stable sequence (`make(count)`: the first `count`), grown on demand."""
 
-    def __init__(self, plies: int, seed: int, expected: int) -> None:
-        self.plies, self.seed, self.expected = plies, seed, expected
+    def __init__(self, make: Callable[[int], list[Opening]], expected: int, what: str) -> None:
+        self.make, self.expected, self.what = make, expected, what
         self.openings: list[Opening] = []
 
     def __getitem__(self, i: int) -> Opening:
         if i >= len(self.openings):
-            count = max(2 * i + 16, self.expected)
-            self.openings = random_openings(count, self.plies, self.seed)
+            self.openings = self.make(max(2 * i + 16, self.expected))
             if len(self.openings) <= i:
-                raise UserError(f"only {len(self.openings)} distinct openings of {self.plies} plies")
+                raise UserError(f"only {len(self.openings)} distinct openings {self.what}")
         return self.openings[i]
+
+
+def corpus_openings(config: CorpusConfig) -> _Openings:
+    """The games' openings: distinct random plies, or distinct lines of the book."""
+    expected = config.games + config.games // 8 + 16
+    if config.book is not None:
+        book, plies = config.book, config.book_plies
+        return _Openings(
+            lambda n: book_openings(book, n, plies, config.seed), expected, f"of {plies} plies in {book}"
+        )
+    plies = config.random_plies
+    return _Openings(lambda n: random_openings(n, plies, config.seed), expected, f"of {plies} random plies")
 
 
 Work = tuple[int, Opening] | None
@@ -381,9 +402,10 @@ def run_corpus(config: CorpusConfig, stop: threading.Event | None = None) -> Cor
     """Play until the corpus holds `config.games` kept games (or `stop` is set, or SIGINT/SIGTERM)."""
     config.validate()
     stop = stop or threading.Event()
+    openings = corpus_openings(config)
+    openings[0]  # noqa: B018 (a bad book is a UserError before the output folder is made)
     corpus = Corpus(config)
     stats = CorpusStats(total_games=corpus.kept)
-    openings = _Openings(config.random_plies, config.seed, config.games + config.games // 8 + 16)
     pending = _pending(corpus.done)
     work: queue.Queue[Work] = queue.Queue()
     results: queue.Queue[Done] = queue.Queue()
