@@ -213,13 +213,14 @@ class UsiProcess(cshogi.usi.Engine):
         return line
 
     def _stderr_tail(self) -> str:
-        if self._stderr is None:
+        stderr = self._stderr
+        if stderr is None:
             return ""
-        with contextlib.suppress(OSError, ValueError):
-            self._stderr.seek(0, os.SEEK_END)
-            size = self._stderr.tell()
-            self._stderr.seek(max(0, size - 300))
-            tail = self._stderr.read().decode("utf-8", "replace").strip().splitlines()
+        with contextlib.suppress(OSError, ValueError):  # closed meanwhile by retire() in another thread
+            stderr.seek(0, os.SEEK_END)
+            size = stderr.tell()
+            stderr.seek(max(0, size - 300))
+            tail = stderr.read().decode("utf-8", "replace").strip().splitlines()
             if tail:
                 return f" (stderr: {tail[-1]})"
         return ""
@@ -248,9 +249,10 @@ class UsiProcess(cshogi.usi.Engine):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+        stderr, self._stderr = self._stderr, None  # taken once: retire() may close from another thread
+        if stderr is not None:
+            with contextlib.suppress(OSError, ValueError):  # that thread may be reading its tail
+                stderr.close()
 
     def quit(self, listener: Any = None) -> None:
         self.close()
