@@ -25,9 +25,9 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from engine.core.features import alloc_features, fill_features  # noqa: E402
 from engine.core.moves import NUM_MOVE_LABELS, labels_from_move16  # noqa: E402
 from engine.records.formats import DATA, HCPE  # noqa: E402
-from train import synthetic  # noqa: E402
-from train.dataset import BatchDataset, EpochBatches, make_loader, open_corpus  # noqa: E402
-from train.hcpe3_cache import build_hcpe3_cache  # noqa: E402
+from train.data import synthetic  # noqa: E402
+from train.data.dataset import BatchDataset, EpochBatches, make_loader, open_corpus  # noqa: E402
+from train.data.hcpe3_cache import build_hcpe3_cache  # noqa: E402
 
 
 class SeedDataset(Dataset):

@@ -25,7 +25,7 @@ import cshogi  # noqa: E402
 import numpy as np  # noqa: E402
 
 from engine.usi_client import EngineSpec, started  # noqa: E402
-from train.record_readers import read_hcpe  # noqa: E402
+from train.data.readers import read_hcpe  # noqa: E402
 
 CAP_MS = 60000  # the byoyomi under an option limit: long enough never to cut the search
 

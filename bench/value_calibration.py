@@ -28,7 +28,7 @@ from engine.backends.choose import create_evaluator  # noqa: E402
 from engine.backends.evaluator import Evaluator  # noqa: E402
 from engine.core.score import EVAL_COEF  # noqa: E402
 from engine.errors import cli_main  # noqa: E402
-from train.record_readers import read_hcpe  # noqa: E402
+from train.data.readers import read_hcpe  # noqa: E402
 
 BATCH = 256
 MATE_EVAL = 3000  # rows scored beyond this (mates, resignations) say nothing about the scale

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Callable
 from functools import wraps
 from typing import TypeVar
+
+from engine.console import say
 
 T = TypeVar("T")
 
@@ -22,17 +23,21 @@ def cli_main(prog: str) -> Callable[[Callable[..., T]], Callable[..., int]]:
     def one_line(message, category, filename, lineno, line=None) -> str:
         return f"{prog}: warning: {message}\n"  # not Python's two lines naming our source file
 
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        say(one_line(message, category, filename, lineno).rstrip("\n"), file)
+
     def wrap(fn: Callable[..., T]) -> Callable[..., int]:
         @wraps(fn)
         def run(*args, **kwargs) -> int:
             warnings.formatwarning = one_line
+            warnings.showwarning = show
             try:
                 result = fn(*args, **kwargs)
             except UserError as e:
-                print(f"{prog}: error: {e}", file=sys.stderr)
+                say(f"{prog}: error: {e}")
                 return 2
             except KeyboardInterrupt:
-                print(f"{prog}: interrupted", file=sys.stderr)
+                say(f"{prog}: interrupted")
                 return 130
             return int(result or 0)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,3 +98,18 @@ def check_output_dir(path: str | os.PathLike, option: str = "") -> Path:
         raise UserError(f"{target}: is a file, not a directory")
     _writable_folder(p, target)
     return p
+
+
+@contextlib.contextmanager
+def removed_if_refused(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield `path`; if it did not exist and the block raises UserError, remove what the block made of it,
+    so a run refused after some work (data found too small once its cache was built, say) leaves nothing
+    behind. Folders that existed are left alone: they may hold the user's earlier work."""
+    p = Path(path)
+    made = list(itertools.takewhile(lambda d: not d.exists(), (p, *p.parents)))
+    try:
+        yield p
+    except UserError:
+        if made:
+            shutil.rmtree(made[-1], ignore_errors=True)
+        raise

@@ -7,17 +7,14 @@ and the engine can be restarted and is always told to quit.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import queue
-import shlex
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,20 +22,16 @@ import cshogi.usi
 
 from engine.core.score import eval_to_value
 from engine.errors import UserError
+from engine.usi_spec import (
+    DEFAULT_MOVE_TIMEOUT,
+    EngineSpec,
+    GoLimit,
+    add_go_limit_flags,
+    go_limits_from_flags,
+    parse_usi_options,
+)
 
 STARTPOS = "startpos"
-DEFAULT_MOVE_TIMEOUT = 60.0  # seconds on top of the byoyomi before an engine loses on time
-
-
-def parse_usi_options(items: Iterable[str]) -> dict[str, str]:
-    """`NAME=VALUE` strings (as given to --usi-option) -> {name: value}; UserError if malformed."""
-    options: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
-            raise UserError(f"--usi-option {item!r}: expected NAME=VALUE (a name without spaces)")
-        options[name.strip()] = value.strip()
-    return options
 
 
 def usi_score_to_value(score: str | None) -> float:
@@ -61,81 +54,12 @@ def _info_field(words: list[str], key: str, width: int = 1) -> str | None:
     return " ".join(words[k + 1 : k + 1 + width]) or None
 
 
-@dataclass(frozen=True)
-class GoLimit:
-    """How long an engine searches each move: `go nodes N`, `go depth N` and/or `go byoyomi MS`. Engines
-    differ in what they obey (gpsusi aborts on `go nodes`), so each engine of a match has its own."""
-
-    nodes: int | None = None
-    depth: int | None = None
-    byoyomi: int | None = None  # milliseconds
-
-    def settings(self) -> dict[str, int]:
-        """The limits given, as `UsiProcess.go` keywords."""
-        pairs = (("nodes", self.nodes), ("depth", self.depth), ("byoyomi", self.byoyomi))
-        return {k: v for k, v in pairs if v is not None}
-
-    def validate(self, engine: int) -> None:
-        """UserError naming engine 0's flags (--nodes...) or engine 1's (--nodes2...) unless usable."""
-        who, suffix = f"engine {engine + 1}", "2" if engine else ""
-        if not self.settings():
-            flags = f"--nodes{suffix}, --depth{suffix} or --byoyomi{suffix}"
-            raise UserError(f"{who}: give a search limit ({flags})")
-        for name, v in self.settings().items():
-            if v <= 0:
-                raise UserError(f"{who}: --{name}{suffix} must be positive, got {v}")
-
-
-def add_go_limit_flags(parser: argparse.ArgumentParser) -> None:
-    """--nodes/--depth/--byoyomi (engine 1, and engine 2 unless it has its own) and --nodes2/--depth2/
-    --byoyomi2 (engine 2), for the tools that run two engines."""
-    for suffix, whose in (("", "engine 1's (and engine 2's unless it has its own)"), ("2", "engine 2's")):
-        g = parser.add_argument_group(f"search limit, {whose}")
-        g.add_argument(f"--nodes{suffix}", type=int, metavar="N", help="go nodes N")
-        g.add_argument(f"--depth{suffix}", type=int, metavar="N", help="go depth N")
-        g.add_argument(f"--byoyomi{suffix}", type=int, metavar="MS", help="go byoyomi MS (time per move)")
-
-
-def go_limits_from_flags(args: argparse.Namespace) -> tuple[GoLimit, GoLimit]:
-    """Engine 1's and engine 2's limits from `add_go_limit_flags`' flags, validated."""
-    first = GoLimit(args.nodes, args.depth, args.byoyomi)
-    first.validate(0)
-    second = GoLimit(args.nodes2, args.depth2, args.byoyomi2)
-    if not second.settings():
-        return first, first
-    second.validate(1)
-    return first, second
-
-
 class EngineFailure(Exception):
     """The engine process died, closed its output or (`timed_out`) did not answer in time."""
 
     def __init__(self, message: str, timed_out: bool = False) -> None:
         super().__init__(message)
         self.timed_out = timed_out
-
-
-@dataclass
-class EngineSpec:
-    """How to start one engine: a command line (shell-quoted words) and USI options to set."""
-
-    command: str
-    options: dict[str, str] = field(default_factory=dict)
-    name: str | None = None
-
-    @property
-    def argv(self) -> list[str]:
-        try:
-            argv = shlex.split(self.command)
-        except ValueError as e:
-            raise UserError(f"engine command {self.command!r}: {e}") from None
-        if not argv:
-            raise UserError("empty engine command")
-        return argv
-
-    @property
-    def label(self) -> str:
-        return self.name or Path(self.argv[0]).name
 
 
 class UsiProcess(cshogi.usi.Engine):
@@ -325,3 +249,18 @@ def started(specs: Sequence[EngineSpec], timeout: float = DEFAULT_MOVE_TIMEOUT) 
     finally:
         for engine in engines:
             engine.close()
+
+
+__all__ = [  # engine.usi_spec's names too: the modules that drive engines import them from here
+    "DEFAULT_MOVE_TIMEOUT",
+    "STARTPOS",
+    "EngineFailure",
+    "EngineSpec",
+    "GoLimit",
+    "UsiProcess",
+    "add_go_limit_flags",
+    "go_limits_from_flags",
+    "parse_usi_options",
+    "started",
+    "usi_score_to_value",
+]

@@ -62,6 +62,44 @@ def test_commands_print_help_when_started_directly(name, tmp_path):
     assert out.stdout.startswith(f"usage: {name}"), out.stdout
 
 
+# Commands that parse their flags before the heavy imports, so that --help and a mistyped flag answer at
+# once; and the modules that take seconds to import. The probe runs a bin/ file as `python FILE ARG...`
+# does, then names the heavy modules it imported, on the last line of stderr.
+QUICK = (
+    "convert",
+    "corpus",
+    "distill",
+    "greedy_usi",
+    "loop",
+    "match",
+    "rescore",
+    "selfplay",
+    "teacher_usi",
+    "train",
+    "usi_engine",
+)
+HEAVY = ("torch", "matplotlib", "onnxruntime", "numba")
+IMPORTS_PROBE = f"""
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print("heavy:", *[m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "status"), [(["--help"], 0), (["--no-such-flag"], 2)], ids=["help", "bad-flag"]
+)
+@pytest.mark.parametrize("name", QUICK)
+def test_help_and_flag_errors_come_before_the_heavy_imports(name, args, status, tmp_path):
+    argv = [sys.executable, "-c", IMPORTS_PROBE, str(BIN / name), *args]
+    out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    assert out.returncode == status, out.stderr
+    assert out.stderr.splitlines()[-1] == "heavy:", out.stderr
+
+
 def test_a_symlink_to_an_engine_works_from_anywhere(tmp_path):
     """A user may link bin/greedy_usi into ~/bin; the project is found through the link."""
     link = tmp_path / "links" / "greedy"

@@ -16,10 +16,10 @@ from engine.errors import UserError
 from engine.records.formats import DATA, MOVE_INFO, MOVE_VISITS, Hcpe3Game
 from engine.records.hcpe3_games import iter_hcpe3_games
 from engine.records.writers import write_data, write_hcpe3_games
-from train import convert
-from train.csa import parse_csa
-from train.hcpe3_cache import Hcpe3Cache
-from train.record_readers import iter_hcpe3_positions
+from train.data import convert
+from train.data.csa import parse_csa
+from train.data.hcpe3_cache import Hcpe3Cache
+from train.data.readers import iter_hcpe3_positions
 
 ROOT = Path(__file__).resolve().parent.parent
 

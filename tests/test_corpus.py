@@ -25,17 +25,10 @@ from engine.match.openings import Opening
 from engine.usi_client import EngineSpec, GoLimit, usi_score_to_value
 from tests.test_osl_book import small_book
 from tests.usi_helpers import RANDOM_ENGINE
-from train.corpus import (
-    LOG,
-    CorpusConfig,
-    Teacher,
-    game_record,
-    hcpe_rows,
-    new_runs,
-    run_corpus,
-)
-from train.corpus_split import split_corpus
-from train.record_readers import iter_hcpe3_positions, read_hcpe
+from train.data.readers import iter_hcpe3_positions, read_hcpe
+from train.teachers.corpus import LOG, game_record, hcpe_rows, new_runs, run_corpus
+from train.teachers.corpus_config import CorpusConfig, Teacher
+from train.teachers.corpus_split import split_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(300)

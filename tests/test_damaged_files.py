@@ -21,13 +21,13 @@ from engine.errors import UserError
 from engine.records.formats import HCPE
 from engine.records.hcp_check import valid_hcps
 from engine.records.hcpe3_games import _games_with_offsets
-from train import convert, synthetic
-from train.config import TrainConfig
-from train.csa import ENDINGS, parse_csa
-from train.dataset import open_corpus, plan_sources
-from train.hcpe3_cache import build_hcpe3_cache
-from train.record_readers import read_hcpe
-from train.trainer import train
+from train.data import convert, synthetic
+from train.data.csa import ENDINGS, parse_csa
+from train.data.dataset import open_corpus, plan_sources
+from train.data.hcpe3_cache import build_hcpe3_cache
+from train.data.readers import read_hcpe
+from train.trainer.config import TrainConfig
+from train.trainer.run import train
 
 ROOT = Path(__file__).resolve().parent.parent
 CSA_DIR = ROOT / "tests" / "data" / "csa"

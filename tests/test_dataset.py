@@ -10,8 +10,8 @@ from engine.core.moves import labels_from_move16, legal_moves_and_labels, mirror
 from engine.core.score import eval_to_value
 from engine.errors import UserError
 from tests.test_features import mirrored_board
-from train import synthetic
-from train.dataset import (
+from train.data import synthetic
+from train.data.dataset import (
     Batch,
     BatchDataset,
     Corpus,
@@ -25,8 +25,8 @@ from train.dataset import (
     plan_sources,
     resolve_inputs,
 )
-from train.hcpe3_cache import Hcpe3Cache, build_hcpe3_cache, result_for_turn
-from train.record_readers import read_data, read_hcpe
+from train.data.hcpe3_cache import Hcpe3Cache, build_hcpe3_cache, result_for_turn
+from train.data.readers import read_data, read_hcpe
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from engine.core.moves import legal_moves_and_labels
 from engine.core.network import NetworkConfig, build, load_model, save_dlshogi
 from engine.errors import UserError
 from export.onnx_export import export_onnx
-from train import synthetic
+from train.data import synthetic
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO.parent / "shared" / "interop" / "dlshogi"

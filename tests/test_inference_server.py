@@ -84,7 +84,7 @@ def test_latency_model_submit_returns_at_once_and_models_one_call_at_a_time():
 
 
 def test_loop_passes_processes_and_the_server_choice_to_selfplay(tmp_path):
-    from train.loop_config import LoopConfig, selfplay_config
+    from train.loop.config import LoopConfig, selfplay_config
 
     cfg = LoopConfig(dir=str(tmp_path), selfplay_processes=3, inference_server="on")
     config = selfplay_config(cfg, 1, tmp_path / "sp", tmp_path / "m.onnx")

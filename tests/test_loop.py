@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine.errors import UserError
-from train.loop import init_generation0, run_loop
-from train.loop_config import LoopConfig, LoopState, RunPaths, at_generation, parse_schedule
-from train.loop_steps import Interrupted, count_games, opponents, step_selfplay, window_files
+from train.loop.config import LoopConfig, LoopState, RunPaths, at_generation, parse_schedule
+from train.loop.run import init_generation0, run_loop
+from train.loop.steps import Interrupted, count_games, opponents, step_selfplay, window_files
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -142,7 +142,7 @@ def test_loop_cli_errors(tmp_path):
 
 
 def test_interrupted_step_is_not_marked_done(tmp_path, monkeypatch):
-    import train.loop as loop
+    import train.loop.run as loop
 
     def interrupted(*_args, **_kw):
         raise Interrupted("gen 1: self-play interrupted")
@@ -177,8 +177,8 @@ def test_loop_starts_from_an_init_checkpoint_and_still_meets_a_random_reference(
 
 
 def test_extra_data_is_mixed_into_every_generations_training(tmp_path):
-    from train.record_readers import read_hcpe
-    from train.synthetic import write_hcpe
+    from train.data.readers import read_hcpe
+    from train.data.synthetic import write_hcpe
 
     anchor = tmp_path / "anchor.hcpe"
     write_hcpe(anchor, 300, seed=4)

@@ -13,9 +13,9 @@ from engine.errors import UserError
 from engine.play.book import GPSSHOGI_BOOK
 from engine.records.osl_book import BOARD_BYTES, iter_book_positions, osl_move_to_usi, read_osl_book
 from tests.test_convert import run_cli
-from train import convert
-from train.hcpe3_cache import Hcpe3Cache
-from train.record_detect import detect_format
+from train.data import convert
+from train.data.detect import detect_format
+from train.data.hcpe3_cache import Hcpe3Cache
 
 PAWN, SILVER, BISHOP = 10, 13, 14  # OSL's piece type numbers
 BLACK, WHITE = 0, -1  # OSL's players, in the move's top bits

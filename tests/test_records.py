@@ -32,7 +32,8 @@ from engine.records.writers import (
     write_hcpe,
     write_hcpe3_games,
 )
-from train.hcpe3_cache import (
+from train.data.detect import detect_format
+from train.data.hcpe3_cache import (
     CACHE_BODY,
     CACHE_CANDIDATE,
     Hcpe3Cache,
@@ -41,8 +42,7 @@ from train.hcpe3_cache import (
     result_for_turn,
     visits_to_probs,
 )
-from train.record_detect import detect_format
-from train.record_readers import iter_hcpe3_positions, read_data, read_hcpe
+from train.data.readers import iter_hcpe3_positions, read_data, read_hcpe
 
 
 def random_game(seed: int, plies: int = 40) -> tuple[np.ndarray, list[int], list[np.ndarray]]:

@@ -19,8 +19,8 @@ from engine.records.formats import HCPE, MOVE_INFO, MOVE_VISITS, Hcpe3Game
 from engine.records.writers import write_hcpe, write_hcpe3_games
 from engine.usi_client import EngineSpec, GoLimit, usi_score_to_value
 from tests.test_corpus import SCORED_ENGINE
-from train.record_readers import read_hcpe
-from train.rescore import RescoreConfig, distinct_positions, run_rescore, score_row
+from train.data.readers import read_hcpe
+from train.teachers.rescore import RescoreConfig, distinct_positions, run_rescore, score_row
 
 REPO = Path(__file__).resolve().parent.parent
 HELDOUT = REPO / "models" / "heldout" / "fsf-200k.hcpe"

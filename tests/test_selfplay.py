@@ -22,7 +22,7 @@ from engine.search.gumbel_tree import TreeSearch
 from engine.selfplay.config import SelfPlayConfig
 from engine.selfplay.game import sample_move
 from engine.selfplay.processes import run_selfplay
-from train.record_readers import read_data
+from train.data.readers import read_data
 
 REPO = Path(__file__).resolve().parent.parent
 

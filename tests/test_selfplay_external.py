@@ -24,7 +24,7 @@ from engine.selfplay.game import engine_reply_outcome
 from engine.selfplay.opponents import engine_colour
 from engine.selfplay.processes import run_selfplay
 from engine.usi_client import parse_usi_options, usi_score_to_value
-from train.record_readers import read_data
+from train.data.readers import read_data
 
 REPO = Path(__file__).resolve().parent.parent
 GREEDY = str(REPO / "bin" / "greedy_usi")
@@ -272,7 +272,7 @@ def test_sigint_leaves_only_whole_games(tmp_path):
 
 
 def test_loop_passes_the_usi_flags_to_selfplay(tmp_path):
-    from train.loop_config import LoopConfig, selfplay_config
+    from train.loop.config import LoopConfig, selfplay_config
 
     cfg = LoopConfig(
         dir=str(tmp_path / "run"),

@@ -9,11 +9,11 @@ import torch
 
 from engine.core.network import load_model, read_checkpoint
 from engine.errors import UserError
-from train import synthetic
-from train.config import TrainConfig, lr_factor
-from train.evaluation import evaluate_checkpoint
-from train.plot import read_jsonl
-from train.trainer import train
+from train.data import synthetic
+from train.trainer.config import TrainConfig, auto_batch_size, lr_factor
+from train.trainer.evaluation import evaluate_checkpoint
+from train.trainer.plot import read_jsonl
+from train.trainer.run import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(REPO, "bin", "train")
@@ -265,3 +265,36 @@ def test_the_committed_held_out_set_is_whole_and_measures_the_shipped_model(tmp_
     measured = evaluate_checkpoint(DEFAULT_MODEL, [path], tmp_path / "cache")
     assert measured["test_positions"] == 1842
     assert measured["test_policy_acc"] > 0.25 and measured["test_value_acc"] > 0.6
+
+
+def test_auto_batch_size_fits_small_data():
+    """--batch-size left out: 1024, or for data under one such batch a power of two giving 8 steps."""
+    assert auto_batch_size(100_000, 1) == 1024
+    assert auto_batch_size(1024, 1) == 1024
+    assert auto_batch_size(798, 1) == 64  # the Quick start's 8 games: 12 steps an epoch
+    assert auto_batch_size(20, 1) == 2
+    assert auto_batch_size(3, 1) == 1
+    assert auto_batch_size(798, 3) == 63  # a multiple of processes x accumulation steps
+    assert auto_batch_size(1, 4) == 4
+
+
+def test_small_data_trains_with_an_automatic_batch_that_resume_keeps(data, tmp_path):
+    out = tmp_path / "run"
+    cfg = quick(out, [data / "small.data"], batch_size=None, stop_after_steps=5)
+    first = train(cfg)
+    assert first["steps_per_epoch"] == 400 // 32 and not first["finished"]
+    assert read_checkpoint(out / "checkpoint.pt")["train_config"]["batch_size"] == 32
+    rest = train(TrainConfig(out=str(out), resume=True, workers=0, progress=False))
+    assert rest["finished"] and rest["steps"] == 400 // 32
+
+
+def test_a_refused_run_removes_the_folder_it_made(data, tmp_path):
+    """Data found too small only once the hcpe3 cache is built: the run folder and cache go again."""
+    out = tmp_path / "new" / "run"
+    with pytest.raises(UserError, match="fewer than one batch"):
+        train(quick(out, [data / "games.hcpe3"], batch_size=1 << 20))
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(UserError, match="fewer than one batch"):
+        train(quick(tmp_path / "kept", [data / "games.hcpe3"], batch_size=1 << 20))
+    assert list((tmp_path / "kept").iterdir()) == []  # a folder the user had stays, without the cache

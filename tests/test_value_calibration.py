@@ -44,7 +44,7 @@ def test_a_real_engines_scores_predict_its_results_from_the_movers_side(calib):
     """Fairy-Stockfish's own games (the committed held-out set): its score for the side to move and that
     side's result agree in sign on most rows, and on the fitted scale the scores predict the results
     better than no score at all (loss log 2). Reading a result from the wrong side would invert both."""
-    from train.record_readers import read_hcpe
+    from train.data.readers import read_hcpe
 
     rows = read_hcpe(REPO / "models" / "heldout" / "fsf-200k.hcpe")
     _, y = calib.boards_and_results(rows)

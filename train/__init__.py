@@ -1,1 +1,1 @@
-"""Training: record conversion and reading, the dataset, the trainer, the learning loop, corpora."""
+"""Learning, by concern: data/ (records, conversion, the dataset), trainer/, teachers/ (corpora), loop/."""

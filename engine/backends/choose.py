@@ -8,15 +8,18 @@ else CUDA torch, else the faster CPU runtime as measured by bench/inference.py.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from engine.backends.evaluator import Evaluator
+from engine.console import say
 from engine.errors import UserError
 from engine.paths import MODELS_DIR
+
+if TYPE_CHECKING:  # the runtimes load only when one is chosen: BACKENDS and the paths stay light
+    from engine.backends.evaluator import Evaluator
 
 DEFAULT_MODEL = MODELS_DIR / "default.pt"
 BACKENDS = ("auto", "torch", "onnx", "trt")
@@ -27,7 +30,11 @@ CPU_PREFERS = "onnx"
 
 
 def _log_stderr(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    say(msg)
+
+
+def _no_stage(doing: str, note: str = "") -> None:
+    """create_evaluator's default: nobody follows the steps of the build."""
 
 
 def default_model_path() -> Path | None:
@@ -167,6 +174,7 @@ def create_evaluator(
     platform: Platform | None = None,
     activation: str | None = None,
     int8: bool = False,
+    stage: Callable[[str, str], None] = _no_stage,
 ) -> Evaluator:
     """Build the evaluator for `model` (.pt, .onnx or TensorRT engine; None = shipped default, else a
     random-init 'small' net) and log the choice once as `info string backend ...`.
@@ -174,7 +182,9 @@ def create_evaluator(
     threads: CPU intra-op threads; fp16: None = on for GPUs; cuda_graphs: torch CUDA only;
     engine_dir: cache for exported ONNX and built engines (default: default_cache_dir());
     activation: relu|swish for a dlshogi checkpoint/npz that does not say (None/'auto': from the file);
-    int8: on onnxruntime's CPU path, run the model quantized to int8 (engine/backends/int8.py)."""
+    int8: on onnxruntime's CPU path, run the model quantized to int8 (engine/backends/int8.py);
+    stage(doing, note): called as each step of the build begins (the USI engine tells a GUI what a long
+    first start is doing: ONNX export, int8 calibration, TensorRT build, each cached in `note`)."""
     activation = None if activation in (None, "auto") else activation
     path = Path(model) if model is not None else default_model_path()
     if path is not None and not path.is_file():
@@ -189,13 +199,20 @@ def create_evaluator(
         else "no model given and none shipped: random-init 'small' (seed 0)"
     )
     cache = Path(engine_dir) if engine_dir is not None else None
-    ev = _build(choice, path, max_batch, device, threads, fp16, cuda_graphs, cache, log, activation, int8)
+    ev = _build(
+        choice, path, max_batch, device, threads, fp16, cuda_graphs, cache, log, activation, int8, stage
+    )
     log(f"info string backend {ev.name}: {choice.why}; {source}")
     return ev
 
 
 def _int8(
-    onnx_path: Path, cache: Path, threads: int | None, providers: list[str], log: Callable[[str], None]
+    onnx_path: Path,
+    cache: Path,
+    threads: int | None,
+    providers: list[str],
+    log: Callable[[str], None],
+    stage: Callable[[str, str], None],
 ) -> Path:
     """The int8 model of `onnx_path` (quantized once, then cached); the model itself, with a logged
     reason, when it cannot be quantized."""
@@ -206,7 +223,7 @@ def _int8(
         return OnnxEvaluator(onnx_path, batch, threads=threads, providers=providers)
 
     try:
-        return cached_int8(onnx_path, cache, fp32)
+        return cached_int8(onnx_path, cache, fp32, stage)
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         log(f"info string int8: cannot quantize {onnx_path.name} ({first}); running it unquantized")
@@ -217,6 +234,22 @@ def _network(path: Path | None, activation: str | None):
     from engine.core.network import build, load_model, preset
 
     return build(preset("small"), seed=0) if path is None else load_model(path, activation)
+
+
+def _exported(
+    path: Path | None, activation: str | None, cache: Path, stage: Callable[[str, str], None], fp16: bool
+) -> Path:
+    """The ONNX file of checkpoint `path` (None: the random-init net), exported into `cache` on first use;
+    found again without loading the checkpoint (no torch on a warm start)."""
+    from engine.backends.onnx_files import exported_onnx_path, onnx_tag
+
+    if path is not None and (known := exported_onnx_path(path, activation, cache, onnx_tag(fp16))).is_file():
+        return known
+    from engine.backends.onnx_model import cached_onnx
+
+    net = _network(path, activation)
+    stage("exporting the model to ONNX", f"one-time, cached in {cache}")
+    return cached_onnx(net, path, cache, fp16=fp16, activation=activation)
 
 
 def _build(
@@ -231,6 +264,7 @@ def _build(
     log: Callable[[str], None],
     activation: str | None,
     int8: bool,
+    stage: Callable[[str, str], None],
 ) -> Evaluator:
     kind = model_kind(path)
     if int8 and (choice.backend, choice.device) != ("onnx", "cpu"):
@@ -245,15 +279,14 @@ def _build(
     if choice.backend == "onnx":
         from engine.backends.onnx_evaluator import OnnxEvaluator
 
-        if kind == "onnx":
-            onnx_path = path  # no torch: an ONNX model runs on onnxruntime alone
-        else:
-            from engine.backends.onnx_model import cached_onnx
-
-            onnx_path = cached_onnx(_network(path, activation), path, cache or default_cache_dir())
+        cache = cache or default_cache_dir()
+        # no torch for an ONNX model: it runs on onnxruntime alone
+        onnx_path = path if kind == "onnx" else _exported(path, activation, cache, stage, fp16=False)
         providers = list(choice.providers)
         if int8 and choice.device == "cpu":
-            onnx_path = _int8(onnx_path, cache or default_cache_dir(), threads, providers, log)
+            stage("looking up the int8 model", f"cached in {cache}")  # calibrating, if not there
+            onnx_path = _int8(onnx_path, cache, threads, providers, log, stage)
+        stage("starting onnxruntime", "")
         return OnnxEvaluator(onnx_path, max_batch, threads=threads, providers=providers)
     from engine.backends.trt_build import build_cached_engine, has_fp16_flag, import_tensorrt
     from engine.backends.trt_evaluator import TrtEvaluator
@@ -266,11 +299,11 @@ def _build(
     if kind == "onnx":
         onnx_path = path
     else:
-        from engine.backends.onnx_model import cached_onnx
-
         typed16 = precision == "fp16" and not has_fp16_flag(import_tensorrt())
-        onnx_path = cached_onnx(_network(path, activation), path, cache, fp16=typed16)
+        onnx_path = _exported(path, activation, cache, stage, fp16=typed16)
+    stage("building the TensorRT engine", f"one-time, cached in {cache}")
     engine = build_cached_engine(
         onnx_path, cache, max_batch=max_batch, precision=precision, log=lambda m: log(f"info string {m}")
     )
+    stage("starting TensorRT", "")
     return TrtEvaluator(engine, max_batch, dev_index)

@@ -84,14 +84,21 @@ def quantize(fp32: Path, out: Path, batches: Iterator[tuple[np.ndarray, np.ndarr
     return out
 
 
-def cached_int8(fp32: Path, cache_dir: Path, make_evaluator: Callable[[int], Evaluator]) -> Path:
+def cached_int8(
+    fp32: Path,
+    cache_dir: Path,
+    make_evaluator: Callable[[int], Evaluator],
+    stage: Callable[[str, str], None],
+) -> Path:
     """The int8 model of the ONNX file `fp32` under `cache_dir`, quantized on first use (the fp32 model,
-    built by `make_evaluator(max_batch)`, plays the calibration games)."""
+    built by `make_evaluator(max_batch)`, plays the calibration games); `stage(doing, note)` hears when
+    that one-time calibration begins (the USI engine tells a GUI)."""
     from engine.backends.onnx_files import onnx_sha256
 
     out = cache_dir / f"{onnx_sha256(fp32)[:24]}-int8-{CALIBRATION_GAMES}x{CALIBRATION_PLIES}.onnx"
     if out.is_file():
         return out
+    stage("calibrating int8", f"one-time, cached in {cache_dir}")
     ev = make_evaluator(CALIBRATION_GAMES)
     try:
         if getattr(ev, "fp16", False):

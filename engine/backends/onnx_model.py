@@ -11,19 +11,17 @@ import hashlib
 import io
 import os
 import warnings
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from engine.backends.io_spec import BATCH_AXIS, INPUT_NAMES, OUTPUT_NAMES
-from engine.backends.onnx_files import sha256_file
+from engine.backends.onnx_files import DEFAULT_OPSET, exported_onnx_path, onnx_tag
 from engine.core.features import FEATURES1_NUM
 from engine.core.network import PolicyValueNetwork, WithSigmoid
 from engine.fileio import atomic_write_bytes
 
-DEFAULT_OPSET = 17
 VALUE_HEAD = ("value_conv1", "value_norm1", "value_fc1", "value_fc2")
 
 
@@ -83,14 +81,14 @@ def cached_onnx(
     cache_dir: Path,
     fp16: bool = False,
     opset: int = DEFAULT_OPSET,
+    activation: str | None = None,
 ) -> Path:
-    """ONNX for `net` under `cache_dir`, keyed by the checkpoint's sha256 and the network's config (the
-    same dlshogi file read as relu or swish is two networks), or, for an in-memory network, by the
-    exported bytes' own hash, so repeated starts reuse it and a changed checkpoint gets a new one."""
-    tag = f"{'fp16' if fp16 else 'fp32'}-opset{opset}"
+    """ONNX for `net` under `cache_dir`: for a checkpoint `source` (read with `activation`) at
+    exported_onnx_path, else keyed by the exported bytes' own hash, so repeated starts reuse it and a
+    changed checkpoint gets a new one."""
+    tag = onnx_tag(fp16, opset)
     if source is not None:
-        config = hashlib.sha256(repr(sorted(asdict(net.config).items())).encode()).hexdigest()[:8]
-        path = cache_dir / f"{sha256_file(source)[:24]}-{config}-{tag}.onnx"
+        path = exported_onnx_path(source, activation, cache_dir, tag)
         return path if path.is_file() else write_onnx(net, path, opset, fp16)
     data = onnx_bytes(net, opset, fp16)
     path = cache_dir / f"mem-{hashlib.sha256(data).hexdigest()[:24]}-{tag}.onnx"

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.core.network_config import DLSHOGI_BN_EPS
 from engine.errors import UserError
 from engine.fileio import atomic_write
 
-DLSHOGI_BN_EPS = 1e-5
 ACTIVATIONS = ("relu", "swish")
 RESNET10_BLOCKS = 10
 

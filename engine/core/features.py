@@ -12,9 +12,7 @@ import cshogi
 import cshogi.dlshogi as dl
 import numpy as np
 
-FEATURES1_NUM = 62
-FEATURES2_NUM = 57
-FEATURES2_NYUGYOKU_NUM = 119
+from engine.core.network_config import FEATURES1_NUM, FEATURES2_NUM, FEATURES2_NYUGYOKU_NUM
 
 
 def features2_num(nyugyoku: bool = False) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import zipfile
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,9 @@ import torch
 from torch import nn
 
 from engine.core import dlshogi_format
-from engine.core.features import FEATURES1_NUM, FEATURES2_NUM
+from engine.core.features import FEATURES1_NUM
 from engine.core.moves import NUM_DIRECTIONS, NUM_MOVE_LABELS
+from engine.core.network_config import PRESETS, NetworkConfig, preset
 from engine.errors import UserError
 from engine.fileio import atomic_write
 
@@ -27,31 +28,6 @@ CHECKPOINT_FORMAT = "gumbel-shogi-checkpoint/1"
 # Our checkpoints written before bn_eps was recorded used 2e-5; dlshogi (and new nets) use 1e-5.
 LEGACY_BN_EPS = 2e-5
 LEGACY_NAMES = {"policy_conv": "policy"}
-
-
-@dataclass(frozen=True)
-class NetworkConfig:
-    blocks: int = 10
-    channels: int = 192
-    fcl: int = 256
-    activation: str = "swish"  # "swish" (SiLU, dlshogi's resnet*_swish) or "relu"
-    input2: int = FEATURES2_NUM  # 57, or 119 with nyugyoku features
-    bn_eps: float = dlshogi_format.DLSHOGI_BN_EPS
-
-
-PRESETS: dict[str, NetworkConfig] = {
-    "tiny": NetworkConfig(blocks=2, channels=32, fcl=32),  # tests
-    "small": NetworkConfig(blocks=5, channels=64, fcl=128),  # CPU default
-    "resnet10": NetworkConfig(blocks=10, channels=192, fcl=256),  # dlshogi default
-    "resnet15": NetworkConfig(blocks=15, channels=224, fcl=256),
-    "resnet20": NetworkConfig(blocks=20, channels=256, fcl=256),
-}
-
-
-def preset(name: str, **overrides: Any) -> NetworkConfig:
-    if name not in PRESETS:
-        raise UserError(f"unknown network preset {name!r} (choose from {', '.join(PRESETS)})")
-    return replace(PRESETS[name], **overrides)
 
 
 def _activation(name: str) -> nn.Module:

@@ -1,7 +1,8 @@
 """Exact game-end rules (via cshogi), shared by self-play, the USI search and record writers.
 
 Values are from the side to move's point of view: 1 win, 0 loss, `draw` for a draw.
-Results use hcpe3's encoding: bits 0-1 winner (0 draw, 1 Black, 2 White) plus reason bits.
+Results use hcpe3's encoding (engine/core/results.py): bits 0-1 winner (0 draw, 1 Black, 2 White) plus
+reason bits.
 """
 
 from __future__ import annotations
@@ -10,13 +11,17 @@ from dataclasses import dataclass
 
 import cshogi
 
-# A result: bits 0-1 the winner (same values as cshogi.DRAW/BLACK_WIN/WHITE_WIN), then the reason bits.
-DRAW, BLACK_WIN, WHITE_WIN = 0, 1, 2
-RESULT_MASK = 0x3
-SENNICHITE = 0x4
-NYUGYOKU = 0x8
-MAX_MOVES = 0x10
-DEFAULT_MAX_MOVES = 320
+from engine.core.results import (
+    BLACK_WIN,
+    DEFAULT_MAX_MOVES,
+    DRAW,
+    MAX_MOVES,
+    NYUGYOKU,
+    RESULT_MASK,
+    SENNICHITE,
+    WHITE_WIN,
+)
+
 SENNICHITE_OCCURRENCES = 4  # the official rule: the same position (board, hands, side) four times
 
 
@@ -109,3 +114,21 @@ def game_terminal(
         ended = _repetition_end(board.is_draw(), board.turn)
         return ended if ended is not None else Terminal(None, SENNICHITE)
     return terminal(board, max_moves, check_nyugyoku=False, repetition=False)
+
+
+__all__ = [  # engine.core.results' codes too: the modules that judge games import them from here
+    "BLACK_WIN",
+    "DEFAULT_MAX_MOVES",
+    "DRAW",
+    "MAX_MOVES",
+    "NYUGYOKU",
+    "RESULT_MASK",
+    "SENNICHITE",
+    "SENNICHITE_OCCURRENCES",
+    "WHITE_WIN",
+    "Terminal",
+    "game_terminal",
+    "terminal",
+    "terminal_and_moves",
+    "win_for",
+]

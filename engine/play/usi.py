@@ -14,13 +14,12 @@ Mate searches (df-pn) run in a child process (engine/search/mate.py) with a wall
 A model that fails to load is reported at `isready` (`info string error: <path>: ...`) and the
 engine still answers `readyok` (a GUI that gets no readyok hangs or kills the engine); every later
 `go` repeats the error and plays a safe move (a found mate, else the first legal move) until a
-working DNN_Model is set.
+working DNN_Model is set. Loading says what takes long as it goes (engine.play.preparing): a first
+isready on a new machine exports, calibrates and compiles for many seconds, all cached on disk after.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import re
 import sys
 import threading
@@ -29,7 +28,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any
 
 import cshogi
 import numpy as np
@@ -47,6 +46,7 @@ from engine.play.deadlines import MateClock, TimedEvaluator
 from engine.play.go import GoCommand, parse_go, time_budget
 from engine.play.network import load_evaluators
 from engine.play.options import ENGINE_AUTHOR, ENGINE_NAME, default_options, search_params
+from engine.play.preparing import Progress, heartbeat, kernel_cache_dir
 from engine.search.control import PuctResult, SearchControl
 from engine.search.mate import MAX_DEPTH, MateResult, MateSearcher, mated_in_two
 from engine.search.puct import Search, policy_move
@@ -83,6 +83,7 @@ class UsiEngine:
         self.spares: list[Evaluator] = []  # UCT_Threads beyond the first
         self._loaded_key: tuple | None = None
         self.load_error: str | None = None
+        self.preparation: Progress | None = None  # the last load's steps and seconds (for --prepare)
         self.search: Search | None = None
         self.thinking: _Thinking | None = None
         self.rng = np.random.default_rng()
@@ -152,9 +153,11 @@ class UsiEngine:
         if t is not None and t.answered.is_set():
             t.thread.join()  # it sent bestmove and is ending: options set since then load now
         if t is None or not t.thread.is_alive():
-            self._ensure_evaluator()
+            self.ensure_evaluator()
             if self.values["USI_OwnBook"]:
-                self._book()
+                with heartbeat(self.send) as progress:  # gpsshogi's book: seconds, at every start
+                    progress.stage("reading the opening book", self.values["Book_File"])
+                    self._book()
         self.send("readyok")
 
     def cmd_setoption(self, line: str) -> None:
@@ -225,8 +228,9 @@ class UsiEngine:
             self.error(f"Book_File: {one_line(e)}; playing without a book")
             return None
 
-    def _ensure_evaluator(self) -> Evaluator | None:
-        """(Re)load the network when an option it depends on changed; errors become info strings."""
+    def ensure_evaluator(self) -> Evaluator | None:
+        """(Re)load the network when an option it depends on changed, saying what takes long as it goes;
+        errors become info strings."""
         names = ("Backend", "DNN_Batch_Size", "Threads", "DNN_Activation", "CPU_Int8", "UCT_Threads")
         key = (self._option_path("DNN_Model"), *(self.values[n] for n in names))
         if key == self._loaded_key:
@@ -236,17 +240,21 @@ class UsiEngine:
         if self.evaluator is not None:
             self.evaluator.close()
         self.evaluator, self.spares, self.search, self._loaded_key = None, [], None, key
-        try:
-            timed, *spares = load_evaluators(key[0], self.values, self.info_string)
-        except Exception as e:
-            self.load_error = f"DNN_Model {key[0] or '(default)'}: {one_line(e)}"
-            self.error(self.load_error)
-            return None
-        self.load_error = None
-        self.evaluator, self.spares = timed, spares
-        from engine.search.puct_tree import FastSearch  # numba: compiled at isready, after usiok
+        with heartbeat(self.send) as progress:
+            self.preparation = progress
+            try:
+                timed, *spares = load_evaluators(key[0], self.values, self.info_string, progress.stage)
+            except Exception as e:
+                self.load_error = f"DNN_Model {key[0] or '(default)'}: {one_line(e)}"
+                self.error(self.load_error)
+                return None
+            self.load_error = None
+            self.evaluator, self.spares = timed, spares
+            progress.stage("loading numba", "")  # its import, at every start: not one-time work
+            from engine.search.puct_tree import FastSearch  # numba: compiled at isready, after usiok
 
-        self.search = FastSearch(timed, search_params(self.values), batch_size=key[2], spares=spares)
+            progress.stage("compiling search kernels", f"one-time, cached in {kernel_cache_dir()}")
+            self.search = FastSearch(timed, search_params(self.values), batch_size=key[2], spares=spares)
         return timed
 
     # ----- go -----
@@ -353,7 +361,7 @@ class UsiEngine:
             if self.values["Resign_Threshold"] > 0:
                 return "bestmove resign"
             return self._bestmove(mated[0], mated[1] if len(mated) > 1 else None)
-        ev = self._ensure_evaluator()
+        ev = self.ensure_evaluator()
         if ev is None:
             self.error(f"{self.load_error}; playing the first legal move")
             return safe_move(board)
@@ -466,21 +474,3 @@ def _stdout_writer() -> Callable[[str], None]:
             raise SystemExit(0) from None
 
     return write
-
-
-def main(argv: list[str] | None = None) -> NoReturn:
-    argparse.ArgumentParser(
-        prog="usi_engine",
-        description="A USI shogi engine (PUCT or Gumbel search over a dlshogi-style network). It speaks "
-        "USI on stdin/stdout: register this program in a USI GUI (ShogiGUI, ShogiHome, ...), or type "
-        "`usi`, `isready`, `position startpos`, `go byoyomi 1000`, `quit`. The options (model, backend, "
-        "search) are USI options, listed by `usi` and set with `setoption`.",
-    ).parse_args(argv)
-    engine_dir = Path(sys.argv[0]).resolve().parent
-    sys.stdin.reconfigure(encoding="utf-8", errors="replace")
-    engine = UsiEngine(engine_dir=engine_dir)
-    engine.run(sys.stdin)
-    # Everything is answered and nothing is left to write: end now. The interpreter's own teardown
-    # of torch / onnxruntime takes seconds on a loaded machine, and a GUI waits for the process to end.
-    sys.stdout.flush()
-    os._exit(0)

@@ -1,7 +1,7 @@
 """Reading an hcpe3 file game by game: whole games up to damage or a cut-off tail, which are reported.
 
 Hcpe3Writer needs the walk to reopen a file after its last whole game; the training readers build on
-it (train/record_readers.py). Foreign files get a one-line UserError, never a crash inside cshogi.
+it (train/data/readers.py). Foreign files get a one-line UserError, never a crash inside cshogi.
 """
 
 from __future__ import annotations

@@ -5,14 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from engine.backends.evaluator import Evaluator
 from engine.errors import UserError
 from engine.fileio import check_output_dir
-from engine.search.gumbel_search import GumbelParams
-from engine.search.mate import MAX_LEAF_PLIES
-from engine.selfplay.writer import FORMATS
-from engine.usi_client import DEFAULT_MOVE_TIMEOUT, EngineSpec
+from engine.usi_spec import DEFAULT_MOVE_TIMEOUT, EngineSpec
+
+if TYPE_CHECKING:  # numpy, cshogi and numba: not for bin/selfplay's flags
+    from engine.backends.evaluator import Evaluator
+    from engine.search.gumbel_search import GumbelParams
+
+FORMATS = ("hcpe3", "data")
 
 USI_COLOURS = ("black", "white", "alternate")
 
@@ -59,6 +62,8 @@ class SelfPlayConfig:
     usi_timeout: float = DEFAULT_MOVE_TIMEOUT  # seconds (on top of the byoyomi) before a game is dropped
 
     def validate(self) -> None:
+        from engine.search.mate import MAX_LEAF_PLIES
+
         checks = [
             (self.games >= 1, "--games must be >= 1"),
             (self.parallel >= 1, "--parallel must be >= 1"),
@@ -113,12 +118,14 @@ class SelfPlayConfig:
         return self.usi_engine is not None and self.usi_fraction > 0
 
     def search_params(self) -> GumbelParams:
+        from engine.search.gumbel_search import GumbelParams
+
         return GumbelParams(
             self.sims, self.considered, self.c_visit, self.c_scale, self.max_moves,
             leaf_mate_plies=self.leaf_mate_plies,
         )  # fmt: skip
 
 
-EvaluatorFactory = Callable[[int], Evaluator]  # max_batch -> evaluator (picklable for the server)
+EvaluatorFactory = Callable[[int], "Evaluator"]  # max_batch -> evaluator (picklable for the server)
 
 OnGame = Callable[[int, int | None, int], None]  # (positions, result byte or None if dropped, opponent)

@@ -11,6 +11,7 @@ step, every finished game written.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import itertools
@@ -40,6 +41,9 @@ from engine.selfplay.runner import (
     warn,
 )
 from engine.selfplay.stats import SelfPlayStats
+
+StopFlag = ctypes.c_byte  # a RawValue("b"): the parent sets .value = 1 to stop every worker; no lock
+STOP_POLL_S = 0.1
 
 
 @contextmanager
@@ -89,7 +93,7 @@ def _worker(
     index: int,
     indices: range,
     events: Connection,
-    stop: mp.Event,
+    stop: StopFlag,
     endpoints: list[Endpoint] | None,
 ) -> None:
     """A worker process: its own file, and its own evaluator or clients of the inference server (one
@@ -99,18 +103,30 @@ def _worker(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     local_stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: local_stop.set())
-    threading.Thread(target=lambda: (stop.wait(), local_stop.set()), daemon=True).start()
+    threading.Thread(target=_watch, args=(stop, local_stop), daemon=True).start()
     try:
         on_game: OnGame = lambda *game: events.send(("game", *game))  # noqa: E731
         with ExitStack() as stack:
             clients = [stack.enter_context(ClientEvaluator(e)) for e in endpoints] if endpoints else None
             tag = f"-w{index}"
-            stats = run_here(config, clients, indices, on_game, local_stop, tag, log=lambda _: None)
+            ready = lambda: events.send(("ready",))  # noqa: E731
+            stats = run_here(
+                config, clients, indices, on_game, local_stop, tag, log=lambda _: None, ready=ready
+            )
         events.send(("done", dataclasses.asdict(stats)))
     except UserError as e:
         events.send(("user_error", str(e)))
     except BaseException as e:
         events.send(("error", f"{type(e).__name__}: {e}"))
+
+
+def _watch(stop: StopFlag, local_stop: threading.Event) -> None:
+    """A worker's thread that passes the parent's stop on. It polls a lock-free flag: a thread blocked in
+    a multiprocessing.Event dies holding the Event's lock when its process exits, and the parent's next
+    set() then waits forever (a worker refused a bad --model that way hung the run)."""
+    while not local_stop.wait(STOP_POLL_S):
+        if stop.value:
+            local_stop.set()
 
 
 def _split(games: int, parts: int) -> list[range]:
@@ -123,7 +139,7 @@ class _Workers:
     (a worker whose pipe ends before its report died: killed or crashed)."""
 
     def __init__(
-        self, config: SelfPlayConfig, procs: list, events: list[Connection], stop_all: mp.Event
+        self, config: SelfPlayConfig, procs: list, events: list[Connection], stop_all: StopFlag
     ) -> None:
         self.config, self.procs, self.events, self.stop_all = config, procs, events, stop_all
         self.live = [SelfPlayStats() for _ in procs]  # from game events: what a dead worker finished
@@ -137,13 +153,14 @@ class _Workers:
         kind, *rest = event
         if kind == "game":
             self.live[index].add_game(*rest)
+        if kind in ("game", "ready"):
             return
         self.reported.add(index)
         if kind == "done":
             self.done[index] = SelfPlayStats(**rest[0])
         else:
             (self.user_errors if kind == "user_error" else self.errors).append(rest[0])
-            self.stop_all.set()  # a worker that failed (rather than died) ends the run
+            self.stop_all.value = 1  # a worker that failed (rather than died) ends the run
 
     def _ended(self, index: int) -> None:
         """Its pipe is closed: after its report, or it died."""
@@ -158,10 +175,11 @@ class _Workers:
         start = time.perf_counter()
         shown = SelfPlayStats()
         open_pipes = dict(enumerate(self.events))
-        with progress_bar(self.config) as bar:
+        with ExitStack() as stack:
+            bar = None  # drawn once a worker is ready: a run refused at set-up shows no bar
             while open_pipes:
                 if stop.is_set():
-                    self.stop_all.set()
+                    self.stop_all.value = 1
                 ready = ready_connections(list(open_pipes.values()), 0.2)
                 for i, conn in list(open_pipes.items()):
                     if conn not in ready:
@@ -173,6 +191,8 @@ class _Workers:
                         self._ended(i)
                         continue
                     self._handle(i, event)
+                    if event[0] in ("ready", "game") and bar is None:
+                        bar = stack.enter_context(progress_bar(self.config))
                     if event[0] == "game":
                         shown.add_game(*event[1:])
                         show_progress(bar, shown, start)
@@ -192,7 +212,7 @@ def _run_processes(
     config: SelfPlayConfig, stop: threading.Event, shared: EvaluatorFactory | None = None
 ) -> SelfPlayStats:
     ctx = mp.get_context("spawn")
-    stop_all = ctx.Event()
+    stop_all: StopFlag = ctx.RawValue("b", 0)
     parts = [r for r in _split(config.games, config.processes) if len(r)]
     factory = _server_factory(config, shared)
     server = None
@@ -259,11 +279,13 @@ def run_selfplay(
             return _run_processes(config, stop, shared_evaluator)
         start = time.perf_counter()
         stats = SelfPlayStats()
-        with progress_bar(config) as bar:
+        with ExitStack() as stack:
+            bars = []  # drawn once set-up is done: a run refused at set-up shows no bar
             return run_here(
                 config,
                 None if evaluator is None else [evaluator],
                 range(config.games),
-                lambda *game: (stats.add_game(*game), show_progress(bar, stats, start)),
+                lambda *game: (stats.add_game(*game), show_progress(bars[0], stats, start)),
                 stop,
+                ready=lambda: bars.append(stack.enter_context(progress_bar(config))),
             )

@@ -275,14 +275,18 @@ def run_here(
     stop: threading.Event,
     tag: str = "",
     log: Callable[[str], None] | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> SelfPlayStats:
     """Play the games `indices` here; the USI engines start before the evaluator (or a TensorRT build)
-    and the output file, so an engine that cannot start fails fast and leaves no file behind."""
+    and the output file, so an engine that cannot start fails fast and leaves no file behind. `ready` is
+    called once all that is set up, before the first move (the caller's progress bar starts then)."""
     with usi_opponents(config) as opponents:
         if evaluators is None:
             evaluators = [make_evaluator(config, log)]
         writer = GameWriter(output_path(config.out_dir, config.format, tag), config.format)
         try:
+            if ready is not None:
+                ready()
             stats = _Runner(config, evaluators, writer, indices, on_game, stop, opponents).run()
         finally:
             writer.close()

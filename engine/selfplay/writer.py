@@ -27,8 +27,8 @@ from engine.core.rules import RESULT_MASK
 from engine.core.score import value_to_eval
 from engine.records.formats import DATA, MOVE_INFO, MOVE_VISITS, OPPONENT_SELFPLAY, Hcpe3Game
 from engine.records.writers import Hcpe3Writer, append_data
+from engine.selfplay.config import FORMATS
 
-FORMATS = ("hcpe3", "data")
 VISIT_SCALE = 65535  # hcpe3 visitNum holds round(p * 65535) of the improved policy
 
 

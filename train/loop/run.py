@@ -21,13 +21,16 @@ import dataclasses
 import json
 import math
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.console import say
 from engine.core.network import build, load_model, preset, save_checkpoint
-from train.loop_config import LoopConfig, LoopState, RunPaths
-from train.loop_steps import export_model, step_eval, step_export, step_selfplay, step_train
+from engine.fileio import removed_if_refused
+from train.loop.config import LoopConfig, LoopState, RunPaths
+from train.loop.steps import export_model, step_eval, step_export, step_selfplay, step_train
 
 STEPS = ("selfplay", "train", "export", "eval")
 
@@ -104,19 +107,24 @@ def run_loop(
 ) -> list[dict[str, Any]]:
     """Run (or continue) generations 1..cfg.generations; returns all generations.jsonl rows.
     `on_step(g, step)` is called after each finished step (progress reporting; tests interrupt here)."""
-    from train.plot import plot_strength, read_jsonl  # here: spawned self-play workers import this module
+    from train.trainer.plot import (  # here: spawned self-play workers import this module
+        plot_strength,
+        read_jsonl,
+    )
 
     cfg.validate()
-    log = log or (lambda msg: print(msg, flush=True))
+    log = log or (lambda msg: say(msg, sys.stdout))
     paths = RunPaths(Path(cfg.dir))
-    paths.root.mkdir(parents=True, exist_ok=True)
-    state = LoopState.load(paths.state, cfg.network)
-    if state.network != cfg.network:
-        log(f"note: {paths.root} was started with network '{state.network}'; --network {cfg.network} ignored")
-        cfg = dataclasses.replace(cfg, network=state.network)
-    if not state.generations:
-        state.save()
-    init_generation0(cfg, paths, state, log)
+    with removed_if_refused(paths.root):  # a new run refused at generation 0 (a bad --init) leaves no folder
+        paths.root.mkdir(parents=True, exist_ok=True)
+        state = LoopState.load(paths.state, cfg.network)
+        if state.network != cfg.network:
+            ignored = f"--network {cfg.network} ignored"
+            log(f"note: {paths.root} was started with network '{state.network}'; {ignored}")
+            cfg = dataclasses.replace(cfg, network=state.network)
+        if not state.generations:
+            state.save()
+        init_generation0(cfg, paths, state, log)
     for g in range(1, cfg.generations + 1):
         for step in STEPS:
             if state.done(g, step):

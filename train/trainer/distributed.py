@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -13,8 +12,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
+from engine.console import say
 from engine.errors import UserError
 
 
@@ -86,7 +85,7 @@ class StopFlag:
         if self.signum is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.signum = signum
-        print(f"\nsignal {signum}: stopping after this step and saving a checkpoint", file=sys.stderr)
+        say(f"signal {signum}: stopping after this step and saving a checkpoint")
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._old.items():
@@ -104,7 +103,7 @@ def log_main(d: Dist) -> Callable[[str], None]:
 
     def log(msg: str) -> None:
         if d.main:
-            tqdm.write(msg, file=sys.stderr)
+            say(msg)
 
     return log
 

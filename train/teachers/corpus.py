@@ -34,7 +34,7 @@ import cshogi
 import numpy as np
 from tqdm import tqdm
 
-from engine.core.rules import BLACK_WIN, DEFAULT_MAX_MOVES, DRAW, RESULT_MASK, WHITE_WIN
+from engine.core.rules import BLACK_WIN, DRAW, RESULT_MASK, WHITE_WIN
 from engine.core.score import value_to_eval
 from engine.errors import UserError
 from engine.fileio import atomic_write_text, check_output_dir
@@ -44,74 +44,16 @@ from engine.records.formats import HCPE
 from engine.records.writers import Hcpe3Writer, append_hcpe
 from engine.selfplay.processes import stop_on_signals
 from engine.selfplay.writer import GameRecord, to_hcpe3
-from engine.usi_client import DEFAULT_MOVE_TIMEOUT, EngineSpec, GoLimit, UsiProcess, usi_score_to_value
-from train.convert import REASON_NAMES
-from train.record_readers import iter_hcpe3_positions, read_hcpe
+from engine.usi_client import EngineSpec, UsiProcess, usi_score_to_value
+from train.data.convert import REASON_NAMES
+from train.data.detect import CORPUS_SETTINGS as SETTINGS
+from train.data.readers import iter_hcpe3_positions, read_hcpe
+from train.teachers.corpus_config import CorpusConfig
 
-FORMATS = ("hcpe", "hcpe3")
-SETTINGS = "corpus.json"
 LOG = "games.jsonl"
 DROPPED = ("crash", "timeout", "illegal move", "illegal declaration")  # no result to learn from
 MAX_DROPPED_IN_ROW = 10  # then the engines are broken, not unlucky: stop instead of looping
 WINNER_CODE = {cshogi.BLACK: BLACK_WIN, cshogi.WHITE: WHITE_WIN, None: DRAW}
-
-
-@dataclass
-class Teacher:
-    """One side of the games: how to start the engine and how long it searches each move."""
-
-    engine: EngineSpec
-    limit: GoLimit
-
-    def validate(self, i: int) -> None:
-        """UserError naming engine i's flags unless this teacher can play."""
-        self.limit.validate(i)
-        self.engine.argv  # noqa: B018 (raises UserError for a malformed command)
-
-    def settings(self) -> dict[str, Any]:
-        return {"command": self.engine.command, "options": self.engine.options, **self.limit.settings()}
-
-
-@dataclass
-class CorpusConfig:
-    out_dir: Path
-    teachers: tuple[Teacher, Teacher]  # teacher 0 plays Black in even games
-    games: int
-    parallel: int = 1
-    random_plies: int = 6
-    book: Path | None = None  # an OSL opening book: openings along its lines instead of random plies
-    book_plies: int = 16
-    seed: int = 0
-    max_moves: int = DEFAULT_MAX_MOVES
-    timeout: float = DEFAULT_MOVE_TIMEOUT
-    formats: tuple[str, ...] = ("hcpe",)
-    progress: bool = True
-
-    def validate(self) -> None:
-        if self.games < 1 or self.parallel < 1 or self.max_moves < 1 or self.timeout <= 0:
-            raise UserError("--games, --parallel, --max-moves and --timeout must be positive")
-        if self.book is None and self.random_plies < 1:
-            raise UserError("--random-plies must be >= 1: deterministic engines need distinct openings")
-        if self.book is not None and self.book_plies < 1:
-            raise UserError("--book-plies must be >= 1: deterministic engines need distinct openings")
-        if not self.formats or set(self.formats) - set(FORMATS):
-            raise UserError(f"--format: choose from {', '.join(FORMATS)}, got {','.join(self.formats)}")
-        for i, teacher in enumerate(self.teachers):
-            teacher.validate(i)
-
-    def settings(self) -> dict[str, Any]:
-        """What makes two runs' games alike: a rerun must match, to continue the same corpus."""
-        return {
-            "teachers": [t.settings() for t in self.teachers],
-            **(
-                {"book": str(self.book.resolve()), "book_plies": self.book_plies}
-                if self.book is not None
-                else {"random_plies": self.random_plies}
-            ),
-            "seed": self.seed,
-            "max_moves": self.max_moves,
-            "formats": list(self.formats),
-        }
 
 
 @dataclass

@@ -15,8 +15,8 @@ from pathlib import Path
 from engine.errors import UserError
 from engine.fileio import check_output_dir
 from engine.records.writers import write_hcpe
-from train.corpus import DROPPED, LOG
-from train.record_readers import read_hcpe
+from train.data.readers import read_hcpe
+from train.teachers.corpus import DROPPED, LOG
 
 
 def logged_games(corpus_dir: Path) -> list[dict]:

@@ -8,8 +8,11 @@ from pathlib import Path
 from engine.errors import UserError
 from engine.records.formats import EXTENSIONS, PathLike
 from engine.records.hcpe3_games import check_hcpe3, existing_file
-from train.hcpe3_cache import Hcpe3Cache
-from train.record_readers import read_data, read_hcpe
+from train.data.hcpe3_cache import Hcpe3Cache
+from train.data.readers import read_data, read_hcpe
+
+# A bin/corpus folder is known by this file; its corpus.hcpe and corpus.hcpe3 hold the same games.
+CORPUS_SETTINGS = "corpus.json"
 
 
 def _sniff(path: Path) -> str | None:

@@ -38,9 +38,9 @@ from engine.records.formats import HCPE
 from engine.records.writers import append_hcpe
 from engine.selfplay.processes import stop_on_signals
 from engine.usi_client import DEFAULT_MOVE_TIMEOUT, EngineFailure, EngineSpec, GoLimit, usi_score_to_value
-from train.corpus import Stopped, TeacherProcess
-from train.record_detect import detect_format
-from train.record_readers import iter_hcpe3_positions, read_hcpe
+from train.data.detect import detect_format
+from train.data.readers import iter_hcpe3_positions, read_hcpe
+from train.teachers.corpus import Stopped, TeacherProcess
 
 FLUSH_ROWS = 64  # rows appended (and progress saved) at a time: at most this much work redone after a kill
 MAX_FAILED_IN_ROW = 10  # engine crashes or timeouts in a row: the engine is broken, stop

@@ -15,6 +15,8 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("cosine", "step", "constant")
 AMP_MODES = ("auto", "off", "fp16", "bf16")
 DEFAULT_LR = {"sgd": 0.1, "adam": 1e-3, "adamw": 1e-3}
+DEFAULT_BATCH = 1024
+SMALL_DATA_STEPS = 8  # data under one default batch: a batch size that gives this many steps an epoch
 # Settings a resumed run may change; everything else comes from the run's saved config (the log and
 # checkpoint intervals too: they decide which steps the metrics and checkpoints of the run fall on).
 RUNTIME_FIELDS = (
@@ -41,7 +43,7 @@ class TrainConfig:
     activation: str | None = None  # relu|swish: of a new net, or of a dlshogi --init that does not say
     resume: bool = False  # continue RUN_DIR/checkpoint.pt
     epochs: int = 1
-    batch_size: int = 1024  # global batch (all ranks, all accumulation steps)
+    batch_size: int | None = None  # global batch (all ranks, all accumulation steps); None: auto_batch_size
     accum_steps: int = 1
     optimizer: str = "sgd"
     lr: float | None = None  # None: DEFAULT_LR of the optimizer
@@ -89,7 +91,7 @@ def network_overrides(cfg: TrainConfig) -> dict[str, int]:
 def validate(cfg: TrainConfig) -> None:
     checks = [
         (cfg.epochs >= 1, f"--epochs must be >= 1, got {cfg.epochs}"),
-        (cfg.batch_size >= 1, f"--batch-size must be >= 1, got {cfg.batch_size}"),
+        (cfg.batch_size is None or cfg.batch_size >= 1, f"--batch-size must be >= 1, got {cfg.batch_size}"),
         (cfg.accum_steps >= 1, f"--accum-steps must be >= 1, got {cfg.accum_steps}"),
         (cfg.optimizer in OPTIMIZERS, f"--optimizer must be one of {', '.join(OPTIMIZERS)}"),
         (cfg.schedule in SCHEDULES, f"--schedule must be one of {', '.join(SCHEDULES)}"),
@@ -110,6 +112,16 @@ def validate(cfg: TrainConfig) -> None:
     for ok, message in checks:
         if not ok:
             raise UserError(message)
+
+
+def auto_batch_size(positions: int, divisor: int) -> int:
+    """The batch when --batch-size is not given: DEFAULT_BATCH, or for data smaller than that (a first
+    run on a few self-play games) the largest power of two that still gives SMALL_DATA_STEPS steps an
+    epoch; a multiple of `divisor` (processes x accumulation steps) either way."""
+    batch = DEFAULT_BATCH
+    if positions < DEFAULT_BATCH:
+        batch = 1 << max(0, (positions // SMALL_DATA_STEPS).bit_length() - 1)
+    return max(divisor, batch // divisor * divisor)
 
 
 def lr_factor(step: int, cfg: TrainConfig, total_steps: int, steps_per_epoch: int) -> float:

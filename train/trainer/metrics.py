@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.errors import UserError
 from engine.fileio import atomic_write_text
-from train.plot import plot_file
+from train.trainer.plot import plot_file
 
 
 class MetricsLog:

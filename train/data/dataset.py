@@ -34,10 +34,9 @@ from engine.core.rules import BLACK_WIN, DRAW, RESULT_MASK
 from engine.core.score import eval_to_value
 from engine.errors import UserError
 from engine.records.formats import DATA, EXTENSIONS, HCPE
-from train.corpus import SETTINGS as CORPUS_SETTINGS
-from train.hcpe3_cache import Hcpe3Cache, build_hcpe3_cache
-from train.record_detect import detect_format
-from train.record_readers import read_data, read_hcpe, usable_files
+from train.data.detect import CORPUS_SETTINGS, detect_format
+from train.data.hcpe3_cache import Hcpe3Cache, build_hcpe3_cache
+from train.data.readers import read_data, read_hcpe, usable_files
 
 RECORD_SUFFIXES = tuple(EXTENSIONS)
 
@@ -69,7 +68,7 @@ def hcp_turns(hcps: np.ndarray) -> np.ndarray:
 
 
 def results_for_turns(game_results: np.ndarray, turns: np.ndarray) -> np.ndarray:
-    """Vectorised `train.hcpe3_cache.result_for_turn`: 1 won, 0 lost, 0.5 draw for the side to move."""
+    """Vectorised `train.data.hcpe3_cache.result_for_turn`: 1 won, 0 lost, 0.5 draw for the side to move."""
     game = np.asarray(game_results).astype(np.int64) & RESULT_MASK
     won = (game == BLACK_WIN) == (turns == cshogi.BLACK)
     return np.where(game == DRAW, 0.5, won.astype(np.float32)).astype(np.float32)
@@ -244,7 +243,10 @@ class EpochBatches(Sampler):
                 f"--batch-size {batch_size} must be divisible by processes x --accum-steps ({world * accum})"
             )
         if n < batch_size:
-            raise UserError(f"the training data has {n} positions, fewer than one batch ({batch_size})")
+            raise UserError(
+                f"the training data has {n} positions, fewer than one batch ({batch_size}): "
+                f"give a smaller --batch-size, or leave it out to fit the data"
+            )
         self.n, self.batch_size, self.seed = n, batch_size, seed
         self.rank, self.world, self.accum = rank, world, accum
         self.epoch, self.start = 0, 0

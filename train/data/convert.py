@@ -27,10 +27,10 @@ from engine.records.hcp_check import is_valid_hcp
 from engine.records.hcpe3_games import check_hcpe3, iter_hcpe3_games
 from engine.records.osl_book import iter_book_positions, read_osl_book
 from engine.records.writers import write_hcpe3_games
-from train.csa import CsaRecord, parse_csa
-from train.hcpe3_cache import Hcpe3Cache, build_hcpe3_cache, encode_cache_entry, write_cache
-from train.record_detect import detect_format
-from train.record_readers import iter_hcpe3_positions, read_data, read_hcpe, usable_files
+from train.data.csa import CsaRecord, parse_csa
+from train.data.detect import detect_format
+from train.data.hcpe3_cache import Hcpe3Cache, build_hcpe3_cache, encode_cache_entry, write_cache
+from train.data.readers import iter_hcpe3_positions, read_data, read_hcpe, usable_files
 
 # CSA endings that add a reason bit to the result; the winner always comes from cshogi's parser.win.
 REASON_BITS = {
@@ -248,7 +248,7 @@ def _hcpe3_records(path: Path, counts: Counter) -> Iterator[np.ndarray]:
 def hcpe3_cache(
     inputs: Iterable[PathLike], out: PathLike, average: bool = False, temperature: float = 1.0
 ) -> Counter:
-    """dlshogi's random-access training cache of hcpe3 files (see train.hcpe3_cache.build_hcpe3_cache)."""
+    """dlshogi's random-access training cache of hcpe3 files (see hcpe3_cache.build_hcpe3_cache)."""
     files = expand_inputs(inputs, (".hcpe3",), "hcpe3")
     stats = build_hcpe3_cache(files, out, average=average, temperature=temperature, progress=True)
     return Counter(vars(stats))

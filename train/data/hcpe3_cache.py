@@ -23,7 +23,7 @@ from engine.errors import UserError
 from engine.fileio import atomic_write
 from engine.records.formats import PathLike
 from engine.records.hcpe3_games import check_hcpe3, existing_file, warn_truncated
-from train.record_readers import check_positions, iter_hcpe3_positions, sample_indices, usable_files
+from train.data.readers import check_positions, iter_hcpe3_positions, sample_indices, usable_files
 
 CACHE_BODY = np.dtype([("hcp", "u1", 32), ("value", "<f4"), ("result", "<f4"), ("count", "<i4")])
 # dlshogi's `struct Hcpe3CacheCandidate {u16 move16; float prob;}` is not packed: the compiler pads it to 8

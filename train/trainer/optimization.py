@@ -10,10 +10,10 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from engine.core.network import PolicyValueNetwork
-from train.config import DEFAULT_LR, TrainConfig, lr_factor
-from train.dataset import Batch
-from train.distributed import Dist, all_sum
-from train.evaluation import has_policy, policy_loss_sum, value_loss_sum
+from train.data.dataset import Batch
+from train.trainer.config import DEFAULT_LR, TrainConfig, lr_factor
+from train.trainer.distributed import Dist, all_sum
+from train.trainer.evaluation import has_policy, policy_loss_sum, value_loss_sum
 
 
 def make_optimizer(net: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:

@@ -33,14 +33,22 @@ from engine.core.network import (
     save_checkpoint,
 )
 from engine.errors import UserError
-from engine.fileio import check_output_dir
-from train.config import TrainConfig, network_overrides, resumed_config, validate
-from train.dataset import Batch, Corpus, EpochBatches, resolve_inputs, to_device
-from train.distributed import Dist, StopFlag, all_sum, amp_dtype, init_distributed, log_main, pick_device
-from train.evaluation import evaluate
-from train.metrics import MetricsLog
-from train.optimization import make_optimization, train_step
-from train.training_data import open_training_data
+from engine.fileio import check_output_dir, removed_if_refused
+from train.data.dataset import Batch, Corpus, EpochBatches, plan_sources, resolve_inputs, to_device
+from train.trainer.config import TrainConfig, network_overrides, resumed_config, validate
+from train.trainer.distributed import (
+    Dist,
+    StopFlag,
+    all_sum,
+    amp_dtype,
+    init_distributed,
+    log_main,
+    pick_device,
+)
+from train.trainer.evaluation import evaluate
+from train.trainer.metrics import MetricsLog
+from train.trainer.optimization import make_optimization, train_step
+from train.trainer.training_data import open_training_data
 
 
 def make_network(cfg: TrainConfig, log: Callable[[str], None]) -> PolicyValueNetwork:
@@ -109,8 +117,10 @@ class Run:
 
 
 def train(config: TrainConfig) -> dict[str, Any]:
-    """Train as configured; returns a summary (steps, last losses, last test metrics, paths)."""
-    run = _setup(config)
+    """Train as configured; returns a summary (steps, last losses, last test metrics, paths). A run
+    refused during setup leaves no run folder behind."""
+    with removed_if_refused(config.out), removed_if_refused(config.cache_dir or Path(config.out) / "cache"):
+        run = _setup(config)
     started = time.perf_counter()
     stopped_by = _epoch_loop(run)
     return _finish(run, stopped_by, started)
@@ -143,6 +153,8 @@ def _setup(config: TrainConfig) -> Run:
     log = log_main(d)
     cfg, files, payload = _run_config(config, run_dir, log)
     validate(cfg)
+    if cfg.test and d.main:
+        plan_sources(resolve_inputs(cfg.test))  # a bad --test is refused before any cache is built
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
     device = pick_device(cfg.device, d)
@@ -152,7 +164,7 @@ def _setup(config: TrainConfig) -> Run:
         net = network_from_payload(payload, run_dir / "checkpoint.pt").train()
     ensure_features2(net.config.input2)
     pin = device.type == "cuda"
-    corpus, sampler, loader, test_loader = open_training_data(
+    cfg, corpus, sampler, loader, test_loader = open_training_data(
         cfg, files, run_dir, net.config.input2, d, pin, log
     )
     net.to(device)

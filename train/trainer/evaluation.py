@@ -11,7 +11,7 @@ from torch import nn
 
 from engine.core.network import load_model
 from engine.errors import UserError
-from train.dataset import (
+from train.data.dataset import (
     Batch,
     BatchDataset,
     SequentialBatches,

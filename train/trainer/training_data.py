@@ -3,13 +3,13 @@ batch loader and the --test loader."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch.distributed as dist
 
-from train.config import TrainConfig
-from train.dataset import (
+from train.data.dataset import (
     Batch,
     BatchDataset,
     Corpus,
@@ -19,8 +19,9 @@ from train.dataset import (
     open_corpus,
     plan_sources,
 )
-from train.distributed import Dist
-from train.evaluation import make_test_loader
+from train.trainer.config import DEFAULT_BATCH, TrainConfig, auto_batch_size
+from train.trainer.distributed import Dist
+from train.trainer.evaluation import make_test_loader
 
 
 def open_training_data(
@@ -31,12 +32,19 @@ def open_training_data(
     d: Dist,
     pin: bool,
     log: Callable[[str], None],
-) -> tuple[Corpus, EpochBatches, Iterable[Batch], Iterable[Batch] | None]:
-    """The training corpus, its sampler and loader (this rank's part of every batch), and on rank 0 the
-    --test loader."""
+) -> tuple[TrainConfig, Corpus, EpochBatches, Iterable[Batch], Iterable[Batch] | None]:
+    """The settings with the batch size decided (auto_batch_size when not given), the training corpus, its
+    sampler and loader (this rank's part of every batch), and on rank 0 the --test loader."""
     cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else run_dir / "cache"
     direct, caches = _prepare_sources(files, cache_dir, cfg, d, log)
     corpus = open_corpus(direct, caches, planes2)
+    if cfg.batch_size is None:
+        cfg = dataclasses.replace(cfg, batch_size=auto_batch_size(len(corpus), d.world * cfg.accum_steps))
+        if len(corpus) < DEFAULT_BATCH and d.main:
+            log(
+                f"batch size {cfg.batch_size}: the data's {len(corpus)} positions are fewer than one default "
+                f"batch ({DEFAULT_BATCH}); --batch-size sets it"
+            )
     test_loader = None
     if cfg.test and d.main:
         test_batch = max(1, cfg.batch_size // cfg.accum_steps)
@@ -45,6 +53,7 @@ def open_training_data(
         )
     sampler = EpochBatches(len(corpus), cfg.batch_size, cfg.seed, d.rank, d.world, cfg.accum_steps)
     return (
+        cfg,
         corpus,
         sampler,
         make_loader(BatchDataset(corpus, cfg.mirror), sampler, cfg.workers, pin),

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.core.network import preset
+from engine.core.network_config import preset
 from engine.errors import UserError
 from engine.fileio import atomic_write_text
 

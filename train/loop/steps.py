@@ -13,7 +13,7 @@ from engine.match.openings import random_openings
 from engine.paths import REPO_ROOT
 from engine.records.hcpe3_games import iter_hcpe3_games
 from engine.usi_client import EngineSpec, GoLimit, started
-from train.loop_config import LoopConfig, LoopState, RunPaths, at_generation, selfplay_config
+from train.loop.config import LoopConfig, LoopState, RunPaths, at_generation, selfplay_config
 
 USI_ENGINE = REPO_ROOT / "bin" / "usi_engine"
 GREEDY_ENGINE = REPO_ROOT / "bin" / "greedy_usi"
@@ -71,8 +71,8 @@ def window_files(paths: RunPaths, g: int, window: int) -> list[Path]:
 
 
 def step_train(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], None]) -> dict[str, Any]:
-    from train.config import TrainConfig
-    from train.trainer import train
+    from train.trainer.config import TrainConfig
+    from train.trainer.run import train
 
     s = cfg.schedules()
     out = paths.train(g)
@@ -199,7 +199,7 @@ def step_eval(
             matches["anchor"] = matches["prev"]
     record: dict[str, Any] = {"matches": matches}
     if cfg.test:
-        from train.evaluation import evaluate_checkpoint
+        from train.trainer.evaluation import evaluate_checkpoint
 
         tests = [str(p) for p in cfg.test_paths()]
         held_out = evaluate_checkpoint(paths.checkpoint(g), tests, paths.root / "cache", device=cfg.device)

@@ -1,0 +1,1 @@
+"""Training records: reading and detecting them, the hcpe3 cache, CSA parsing, conversion, the dataset."""

@@ -1,0 +1,1 @@
+"""The learning loop: self-play -> train -> export -> evaluate, generation after generation."""

@@ -1,0 +1,47 @@
+"""A distillation corpus in chunks, made over several sessions: DIR/chunk-00000.hcpe3, ... each holding
+games [i * G, (i + 1) * G) of the (seed, game index) stream, so chunk i depends on the settings and i
+alone, and any chunk is remade bit for bit by the same command (or by a run that makes it alone).
+
+DIR/distill.json holds the settings every chunk was made with (written atomically before the first game);
+a run with other settings is refused, since its chunks would not belong to the same stream.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from engine.errors import UserError
+from engine.fileio import atomic_write_text, check_output_dir
+
+SETTINGS = "distill.json"
+
+
+def chunk_path(folder: Path, index: int) -> Path:
+    return folder / f"chunk-{index:05d}.hcpe3"
+
+
+def check_chunk_settings(folder: Path, settings: dict[str, Any]) -> None:
+    """A UserError unless `folder` can hold chunks made with `settings` (it is new, or was made with
+    them); creates nothing."""
+    check_output_dir(folder, "--chunks")
+    path = folder / SETTINGS
+    if not path.exists():
+        return
+    try:
+        before = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: unreadable ({e}); use a new folder") from None
+    if before != settings:
+        raise UserError(
+            f"{folder} holds chunks made with other settings ({path}: {json.dumps(before)}); "
+            "rerun with those, or use a new folder"
+        )
+
+
+def write_chunk_settings(folder: Path, settings: dict[str, Any]) -> None:
+    """Record `settings` in a new folder (once checked by `check_chunk_settings`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / SETTINGS).exists():
+        atomic_write_text(folder / SETTINGS, json.dumps(settings, indent=1) + "\n")
