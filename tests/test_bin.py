@@ -78,7 +78,7 @@ QUICK = (
     "train",
     "usi_engine",
 )
-HEAVY = ("torch", "matplotlib", "onnxruntime", "numba")
+HEAVY = ("torch", "matplotlib", "onnxruntime", "numba", "ray")
 IMPORTS_PROBE = f"""
 import runpy, sys
 sys.argv = sys.argv[1:]

@@ -303,7 +303,12 @@ def _build(
         onnx_path = _exported(path, activation, cache, stage, fp16=typed16)
     stage("building the TensorRT engine", f"one-time, cached in {cache}")
     engine = build_cached_engine(
-        onnx_path, cache, max_batch=max_batch, precision=precision, log=lambda m: log(f"info string {m}")
+        onnx_path,
+        cache,
+        max_batch=max_batch,
+        precision=precision,
+        log=lambda m: log(f"info string {m}"),
+        device=dev_index,
     )
     stage("starting TensorRT", "")
     return TrtEvaluator(engine, max_batch, dev_index)

@@ -340,8 +340,15 @@ class InferenceServer:
         self.stats: ServerStats | None = None
         self._control: Connection | None = None
         self._client_conns: list[Connection] = []
+        self._raws: list = []
 
     def start(self) -> list[Endpoint]:
+        """Spawn the server and wait until its evaluator is built."""
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Spawn the server process and return at once (several servers then build side by side)."""
         ctx = self.ctx
         pipes = [ctx.Pipe() for _ in range(self.clients)]
         raws = [ctx.RawArray("f", block_floats(self.client_batch)) for _ in range(self.clients)]
@@ -355,6 +362,11 @@ class InferenceServer:
         for conn in (*server_conns, server_control):
             conn.close()
         self._client_conns = [client for _, client in pipes]
+        self._raws = raws
+
+    def wait_ready(self) -> list[Endpoint]:
+        """Wait until the launched server's evaluator is built; one `Endpoint` per client."""
+        raws = self._raws
         kind, *rest = self._message(None)
         if kind != "ready":
             self.close()

@@ -2,6 +2,10 @@
 
 An engine is only valid for the model, GPU, TensorRT version, maximum batch and precision it was built
 for; each cached engine carries a JSON sidecar with exactly those keys, and any mismatch means rebuild.
+The GPU is named with its compute capability (`gpu_identity`), so the GPUs of a mixed host or cluster
+each get their own engine, and identical GPUs share one. Builders of the same engine take a file lock
+beside it: a second process (another GPU of the same model, another self-play run) waits and then
+loads the first one's engine instead of building it again or racing it to the file.
 Both export/build_engine.py and the trt backend use these functions. tensorrt is imported lazily.
 """
 
@@ -10,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +109,35 @@ def gpu_name(device: int = 0) -> str:
         raise UserError("no CUDA GPU found (TensorRT needs one)") from None
 
 
+def compute_capability(device: int = 0) -> str:
+    """The CUDA device's compute capability as 'smXY' via torch, else pycuda; UserError without a GPU."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(device)
+            return f"sm{major}{minor}"
+    except ImportError:
+        pass
+    try:
+        import pycuda.driver as cuda
+
+        cuda.init()
+        major, minor = cuda.Device(device).compute_capability()
+        return f"sm{major}{minor}"
+    except Exception:
+        raise UserError("no CUDA GPU found (TensorRT needs one)") from None
+
+
+def gpu_identity(device: int = 0) -> str:
+    """What an engine is built for: the device's name and compute capability ('NVIDIA H200 sm90')."""
+    return f"{gpu_name(device)} {compute_capability(device)}"
+
+
+def lock_path(out_dir: Path, key: dict) -> Path:
+    return Path(out_dir) / (engine_file_name(key) + ".lock")
+
+
 def has_fp16_flag(trt: Any) -> bool:
     """TensorRT 10 has BuilderFlag.FP16; TensorRT 11 removed it (strongly typed FP16 ONNX instead)."""
     return hasattr(trt.BuilderFlag, "FP16")
@@ -169,9 +203,12 @@ def build_cached_engine(
     workspace_gb: float = 4.0,
     timing_cache: str | os.PathLike | None = None,
     log=print,
+    device: int = 0,
+    lock_timeout: float = 3600.0,
 ) -> Path:
     """Return the engine for this ONNX/GPU/TensorRT/batch/precision, building it only when no valid
-    cached one exists. The key's model hash covers the ONNX file and its external weights."""
+    cached one exists. The key's model hash covers the ONNX file and its external weights; the GPU is
+    CUDA device `device`. Concurrent builders of one key wait on its lock for up to `lock_timeout` s."""
     from engine.backends.onnx_files import onnx_sha256
 
     onnx_path = Path(onnx_path)
@@ -180,18 +217,53 @@ def build_cached_engine(
     if max_batch < 1 or (opt_batch is not None and not 1 <= opt_batch <= max_batch):
         raise UserError(f"bad batch sizes: need 1 <= opt_batch <= max_batch (got {opt_batch}, {max_batch})")
     trt = import_tensorrt()
-    key = engine_cache_key(onnx_sha256(onnx_path), gpu_name(), trt.__version__, max_batch, precision)
+    key = engine_cache_key(
+        onnx_sha256(onnx_path), gpu_identity(device), trt.__version__, max_batch, precision
+    )
     out_dir = Path(out_dir) if out_dir is not None else onnx_path.parent
     found = find_engine(out_dir, key)
     if found is not None:
         return found
-    log(f"building TensorRT {precision} engine for {onnx_path} (max batch {max_batch}); this takes a while")
-    timing = (
-        Path(timing_cache)
-        if timing_cache
-        else out_dir / f"{_slug(key['gpu'])}-trt{key['tensorrt']}.timing_cache"
-    )
-    data = build_serialized(
-        trt, onnx_path, max_batch, opt_batch or max(1, max_batch // 2), precision, workspace_gb, timing
-    )
-    return store_engine(out_dir, key, data)
+
+    def build() -> bytes:
+        what = f"TensorRT {precision} engine for {onnx_path} (max batch {max_batch})"
+        log(f"building {what}; this takes a while")
+        timing = (
+            Path(timing_cache)
+            if timing_cache
+            else out_dir / f"{_slug(key['gpu'])}-trt{key['tensorrt']}.timing_cache"
+        )
+        return build_serialized(
+            trt, onnx_path, max_batch, opt_batch or max(1, max_batch // 2), precision, workspace_gb, timing
+        )
+
+    return build_once(out_dir, key, build, log, lock_timeout)
+
+
+def build_once(
+    out_dir: Path, key: dict, build: Callable[[], bytes], log=print, timeout: float = 3600.0
+) -> Path:
+    """The engine for `key`: built by `build` under the key's file lock, unless another process built it
+    while this one waited for the lock (then it is loaded, not built again)."""
+    from filelock import FileLock, Timeout
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_path(out_dir, key)))
+    try:
+        with lock.acquire(timeout=0):
+            return _build_under_lock(out_dir, key, build)
+    except Timeout:
+        log(f"waiting for another process building {engine_file_name(key)}")
+    try:
+        with lock.acquire(timeout=timeout):
+            found = find_engine(out_dir, key)
+            return found if found is not None else _build_under_lock(out_dir, key, build)
+    except Timeout:
+        raise UserError(
+            f"{lock_path(out_dir, key)}: another process has been building this engine for {timeout:g}s"
+        ) from None
+
+
+def _build_under_lock(out_dir: Path, key: dict, build: Callable[[], bytes]) -> Path:
+    found = find_engine(out_dir, key)  # finished by a builder that released the lock just now
+    return found if found is not None else store_engine(out_dir, key, build())

@@ -12,7 +12,13 @@ import numpy as np
 
 from engine.backends.evaluator import Evaluator
 from engine.backends.io_spec import INPUT_NAMES, OUTPUT_NAMES, TensorSpec, check_convention
-from engine.backends.trt_build import KEY_FIELDS, gpu_name, import_tensorrt, read_sidecar, sidecar_mismatch
+from engine.backends.trt_build import (
+    KEY_FIELDS,
+    gpu_identity,
+    import_tensorrt,
+    read_sidecar,
+    sidecar_mismatch,
+)
 from engine.core.moves import NUM_MOVE_LABELS
 from engine.errors import UserError
 
@@ -139,7 +145,7 @@ class TrtEvaluator(Evaluator):
         self.path = Path(path)
         if not self.path.is_file():
             raise UserError(f"{self.path}: TensorRT engine not found")
-        self.note = check_engine_sidecar(self.path, gpu_name(device), trt.__version__)
+        self.note = check_engine_sidecar(self.path, gpu_identity(device), trt.__version__)
         self._io = _cuda_io(device)
         with self._io:
             self._logger = trt.Logger(trt.Logger.WARNING)

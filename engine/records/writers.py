@@ -117,7 +117,10 @@ class Hcpe3Writer:
         self.games = 0
 
     def write(self, game: Hcpe3Game) -> None:
-        data = encode_hcpe3_game(game)
+        self.write_encoded(encode_hcpe3_game(game))
+
+    def write_encoded(self, data: bytes) -> None:
+        """Append one game already encoded by `encode_hcpe3_game` (a cluster's driver receives games so)."""
         if self._f is None:  # created with the first whole game: a run stopped before it leaves no empty file
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._f = open(self.path, "ab", buffering=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ class SelfPlayConfig:
     activation: str | None = None  # relu|swish of a dlshogi checkpoint/npz that does not say
     backend: str = "auto"
     device: str | None = None
+    devices: list[str] = field(default_factory=list)  # one inference server per device (--devices)
     batch: int = 256  # the evaluator's max batch; bigger leaf batches are split
     threads: int | None = None  # torch CPU threads per process (default: cores / processes)
     int8: bool = False  # onnxruntime on a CPU: the network quantized to int8 (as the engine's CPU_Int8)
@@ -86,6 +88,7 @@ class SelfPlayConfig:
                 f"--inference-server must be one of {', '.join(INFERENCE_SERVER)}",
             ),
             *self._usi_checks(),
+            *self._device_checks(),
         ]
         for ok, msg in checks:
             if not ok:
@@ -93,6 +96,17 @@ class SelfPlayConfig:
         if self.usi_engine is not None:
             EngineSpec(self.usi_engine).argv  # noqa: B018 (a command that does not parse is a UserError)
         check_output_dir(self.out_dir, "--out")  # created with the first game's file, not before
+
+    def _device_checks(self) -> list[tuple[bool, str]]:
+        if not self.devices:
+            return []
+        n = len(self.devices)
+        one_each = f"--devices: {n} devices need --processes >= {n} (a search process feeds one device)"
+        return [
+            (self.device is None, "--device and --devices: give one of them"),
+            (self.inference_server != "off", "--devices serves each device from its own inference server"),
+            (self.processes >= n, one_each),
+        ]
 
     def _usi_checks(self) -> list[tuple[bool, str]]:
         if self.usi_engine is None:
@@ -124,6 +138,18 @@ class SelfPlayConfig:
             self.sims, self.considered, self.c_visit, self.c_scale, self.max_moves,
             leaf_mate_plies=self.leaf_mate_plies,
         )  # fmt: skip
+
+
+_DEVICE = re.compile(r"(cpu|cuda(:\d+)?)")
+
+
+def parse_devices(text: str | None, option: str = "--devices") -> list[str]:
+    """`cuda:0,cuda:1` -> ['cuda:0', 'cuda:1']; None or '' -> []; anything else is a UserError."""
+    devices = [d.strip() for d in (text or "").split(",") if d.strip()]
+    for d in devices:
+        if not _DEVICE.fullmatch(d):
+            raise UserError(f"{option}: {d!r} is not a device (cpu, cuda or cuda:N, comma-separated)")
+    return devices
 
 
 EvaluatorFactory = Callable[[int], "Evaluator"]  # max_batch -> evaluator (picklable for the server)

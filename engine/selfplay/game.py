@@ -47,7 +47,9 @@ class Game:
         self.rng = np.random.default_rng(np.random.SeedSequence([config.seed, index]))
         self.board = cshogi.Board()
         self.engine_colour = engine_colour(index, config)
-        self.record = GameRecord(board_hcp(self.board), opponent=OPPONENT_OF[self.engine_colour])
+        self.record = GameRecord(
+            board_hcp(self.board), opponent=OPPONENT_OF[self.engine_colour], game_id=index
+        )
         self.usi_moves: list[str] = []  # the game so far, for the engine's `position` command
         self.searching = False  # its position is being searched (in its group's SearchGroup)
         self.reply: Future[EngineReply] | None = None

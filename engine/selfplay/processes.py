@@ -13,34 +13,24 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import functools
-import itertools
 import multiprocessing as mp
-import os
 import pickle
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as ready_connections
-from pathlib import Path
 
 from engine.backends.evaluator import Evaluator
-from engine.backends.inference_server import ClientEvaluator, Endpoint, InferenceServer
+from engine.backends.inference_server import ClientEvaluator, Endpoint
 from engine.errors import UserError
 from engine.selfplay.config import EvaluatorFactory, OnGame, SelfPlayConfig
-from engine.selfplay.runner import (
-    group_sizes,
-    leaf_rows,
-    make_evaluator,
-    progress_bar,
-    run_here,
-    show_progress,
-    warn,
-)
+from engine.selfplay.runner import progress_bar, run_here, show_progress, warn
+from engine.selfplay.servers import Servers, server_factories
 from engine.selfplay.stats import SelfPlayStats
+from engine.selfplay.writer import OnRecord
 
 StopFlag = ctypes.c_byte  # a RawValue("b"): the parent sets .value = 1 to stop every worker; no lock
 STOP_POLL_S = 0.1
@@ -60,41 +50,14 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def _server_evaluator(config: SelfPlayConfig, max_batch: int) -> Evaluator:
-    """The inference server's evaluator: the configured model, with every CPU thread (it is the only one)."""
-    return make_evaluator(config, max_batch=max_batch, threads=config.threads or os.cpu_count() or 1)
-
-
-def _gpu_backend(config: SelfPlayConfig) -> bool:
-    """Whether the configured evaluator would run on a GPU, decided without building it."""
-    from engine.backends.choose import choose_backend, default_model_path, model_kind, probe_platform
-
-    path = Path(config.model) if config.model else default_model_path()
-    try:
-        choice = choose_backend(config.backend, model_kind(path), probe_platform(config.device))
-    except UserError:
-        return False  # building the evaluator reports it
-    return choice.device == "cuda"
-
-
-def _server_factory(config: SelfPlayConfig, shared: EvaluatorFactory | None) -> EvaluatorFactory | None:
-    """The factory of the inference server's evaluator, or None to run without a server."""
-    if shared is not None:
-        return shared
-    if config.inference_server == "on" or (
-        config.inference_server == "auto" and config.processes > 1 and _gpu_backend(config)
-    ):
-        return functools.partial(_server_evaluator, config)
-    return None
-
-
 def _worker(
     config: SelfPlayConfig,
     index: int,
-    indices: range,
+    indices: Sequence[int],
     events: Connection,
     stop: StopFlag,
     endpoints: list[Endpoint] | None,
+    records: bool = False,
 ) -> None:
     """A worker process: its own file, and its own evaluator or clients of the inference server (one
     per group, so that both groups' calls can be in flight);
@@ -110,8 +73,11 @@ def _worker(
             clients = [stack.enter_context(ClientEvaluator(e)) for e in endpoints] if endpoints else None
             tag = f"-w{index}"
             ready = lambda: events.send(("ready",))  # noqa: E731
+            on_record: OnRecord | None = None
+            if records:  # whole games go up the pipe, not into a file of this process
+                on_record = lambda game_id, data: events.send(("record", game_id, data))  # noqa: E731
             stats = run_here(
-                config, clients, indices, on_game, local_stop, tag, log=lambda _: None, ready=ready
+                config, clients, indices, on_game, local_stop, tag, lambda _: None, ready, on_record
             )
         events.send(("done", dataclasses.asdict(stats)))
     except UserError as e:
@@ -129,9 +95,10 @@ def _watch(stop: StopFlag, local_stop: threading.Event) -> None:
             local_stop.set()
 
 
-def _split(games: int, parts: int) -> list[range]:
+def _split(ids: Sequence[int], parts: int) -> list[Sequence[int]]:
+    games = len(ids)
     bounds = [games * i // parts for i in range(parts + 1)]
-    return [range(bounds[i], bounds[i + 1]) for i in range(parts)]
+    return [ids[bounds[i] : bounds[i + 1]] for i in range(parts)]
 
 
 class _Workers:
@@ -139,9 +106,15 @@ class _Workers:
     (a worker whose pipe ends before its report died: killed or crashed)."""
 
     def __init__(
-        self, config: SelfPlayConfig, procs: list, events: list[Connection], stop_all: StopFlag
+        self,
+        config: SelfPlayConfig,
+        procs: list,
+        events: list[Connection],
+        stop_all: StopFlag,
+        on_record: OnRecord | None = None,
     ) -> None:
         self.config, self.procs, self.events, self.stop_all = config, procs, events, stop_all
+        self.on_record = on_record
         self.live = [SelfPlayStats() for _ in procs]  # from game events: what a dead worker finished
         self.done: dict[int, SelfPlayStats] = {}
         self.dead: set[int] = set()
@@ -151,6 +124,10 @@ class _Workers:
 
     def _handle(self, index: int, event: tuple) -> None:
         kind, *rest = event
+        if kind == "record":
+            assert self.on_record is not None
+            self.on_record(*rest)
+            return
         if kind == "game":
             self.live[index].add_game(*rest)
         if kind in ("game", "ready"):
@@ -209,31 +186,26 @@ class _Workers:
 
 
 def _run_processes(
-    config: SelfPlayConfig, stop: threading.Event, shared: EvaluatorFactory | None = None
+    config: SelfPlayConfig,
+    stop: threading.Event,
+    shared: EvaluatorFactory | None,
+    ids: Sequence[int],
+    on_record: OnRecord | None,
 ) -> SelfPlayStats:
     ctx = mp.get_context("spawn")
     stop_all: StopFlag = ctx.RawValue("b", 0)
-    parts = [r for r in _split(config.games, config.processes) if len(r)]
-    factory = _server_factory(config, shared)
-    server = None
-    endpoints: list[list[Endpoint] | None] = [None] * len(parts)
-    if factory is not None:
-        groups = [len(group_sizes(config, len(r))) for r in parts]  # a client per group of each worker
-        rows = max(leaf_rows(config, len(r)) for r in parts)
-        batch = rows * len(parts)  # room for one full batch of every worker in one call
-        server = InferenceServer(functools.partial(factory, batch), sum(groups), rows, ctx=ctx)
-        flat = server.start()
-        ends = list(itertools.accumulate(groups))
-        endpoints = [flat[end - g : end] for g, end in zip(groups, ends, strict=True)]
-    if stop.is_set() and server is not None:  # interrupted while the server built its evaluator
-        server.close()
+    parts = [r for r in _split(ids, config.processes) if len(r)]
+    servers = Servers(config, parts, server_factories(config, shared), ctx)
+    endpoints = servers.start()
+    if stop.is_set() and servers.servers:  # interrupted while the servers built their evaluators
+        servers.close()
         return SelfPlayStats(interrupted=True)
     try:
         pipes = [ctx.Pipe(duplex=False) for _ in parts]  # (parent's receiving end, worker's sending end)
         procs = [
             ctx.Process(
                 target=_worker,
-                args=(config, i, r, pipes[i][1], stop_all, endpoints[i]),
+                args=(config, i, r, pipes[i][1], stop_all, endpoints[i], on_record is not None),
                 name=f"selfplay-w{i}",
                 daemon=True,
             )
@@ -243,21 +215,21 @@ def _run_processes(
             p.start()
         for _, sender in pipes:
             sender.close()  # the worker's copy is the only one: its death ends the pipe
-        if server is not None:
-            server.handed_over()
-        workers = _Workers(config, procs, [receiver for receiver, _ in pipes], stop_all)
+        servers.handed_over()
+        workers = _Workers(config, procs, [receiver for receiver, _ in pipes], stop_all, on_record)
         total = workers.collect(stop)
     finally:
-        served = server.close() if server is not None else None
+        served = servers.close()
     if workers.user_errors:
         raise UserError(workers.user_errors[0])
     if workers.errors:
-        why = f" (inference server: {server.error})" if server is not None and server.error else ""
+        why = f" (inference server: {servers.error})" if servers.error else ""
         raise RuntimeError(f"self-play worker failed: {workers.errors[0]}{why}")
-    if served is not None:
-        total.server_calls, total.server_busy = served.calls, served.busy_seconds
+    total.servers = servers.figures(served)
+    total.server_calls = sum(f["calls"] for f in total.servers)
+    total.server_busy = sum(f["busy"] for f in total.servers)
     # stopped before every game was played, even before any started (during an engine build, say)
-    total.interrupted = total.interrupted or (stop.is_set() and total.games + total.dropped < config.games)
+    total.interrupted = total.interrupted or (stop.is_set() and total.games + total.dropped < len(ids))
     return total
 
 
@@ -265,18 +237,35 @@ def run_selfplay(
     config: SelfPlayConfig,
     evaluator: Evaluator | None = None,
     shared_evaluator: EvaluatorFactory | None = None,
+    *,
+    ids: Sequence[int] | None = None,
+    on_record: OnRecord | None = None,
+    stop: threading.Event | None = None,
 ) -> SelfPlayStats:
     """Play `config.games` games and write them to one new file per process under `config.out_dir`.
 
-    shared_evaluator: a picklable max_batch -> Evaluator run by the inference server for every worker
-    (benchmarks and tests: a latency model, a test network); by default the configured model."""
+    shared_evaluator: a picklable max_batch -> Evaluator run by each inference server for its workers
+    (benchmarks and tests: a latency model, a test network); by default the configured model.
+    ids: the games' indices, which seed them (default 0..games-1); on_record: finished games go to it,
+    whole and hcpe3-encoded, instead of into files (a cluster actor); stop: set it to end the run early,
+    every finished game kept (SIGINT/SIGTERM set it too, in the main thread)."""
     config.validate()
-    stop = threading.Event()
+    ids = range(config.games) if ids is None else ids
+    if len(ids) != config.games:
+        raise ValueError(f"{len(ids)} game ids for {config.games} games")
+    if on_record is not None and config.format != "hcpe3":
+        raise UserError("games sent to a cluster's driver travel as hcpe3: not with --format data")
+    stop = stop or threading.Event()
     with stop_on_signals(stop):
-        if config.processes > 1 or shared_evaluator is not None or config.inference_server == "on":
+        if (
+            config.processes > 1
+            or shared_evaluator is not None
+            or config.inference_server == "on"
+            or config.devices
+        ):
             if evaluator is not None:
                 raise ValueError("worker processes build their evaluator or share the server's; pass none")
-            return _run_processes(config, stop, shared_evaluator)
+            return _run_processes(config, stop, shared_evaluator, ids, on_record)
         start = time.perf_counter()
         stats = SelfPlayStats()
         with ExitStack() as stack:
@@ -284,8 +273,9 @@ def run_selfplay(
             return run_here(
                 config,
                 None if evaluator is None else [evaluator],
-                range(config.games),
+                ids,
                 lambda *game: (stats.add_game(*game), show_progress(bars[0], stats, start)),
                 stop,
                 ready=lambda: bars.append(stack.enter_context(progress_bar(config))),
+                on_record=on_record,
             )

@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -35,7 +35,7 @@ from engine.selfplay.config import OnGame, SelfPlayConfig
 from engine.selfplay.game import Game
 from engine.selfplay.opponents import UsiOpponents, usi_opponents
 from engine.selfplay.stats import SelfPlayStats
-from engine.selfplay.writer import GameWriter, output_path
+from engine.selfplay.writer import GameWriter, OnRecord, RecordSink, output_path
 
 
 def warn(message: str) -> None:
@@ -72,8 +72,8 @@ class _Runner:
         self,
         config: SelfPlayConfig,
         evaluators: list[Evaluator],
-        writer: GameWriter,
-        indices: range,
+        writer: GameWriter | RecordSink,
+        indices: Sequence[int],
         on_game: OnGame,
         stop: threading.Event,
         opponents: UsiOpponents | None = None,
@@ -83,7 +83,7 @@ class _Runner:
         self.on_game = on_game
         self.stop = stop
         self.opponents = opponents
-        self.stats = SelfPlayStats(files=[str(writer.path)])
+        self.stats = SelfPlayStats(files=[str(writer.path)] if writer.path else [])
         self._indices = iter(indices)
         self.cache = EvalCache(config.cache_size)
         params = config.search_params()
@@ -270,20 +270,26 @@ def make_evaluator(
 def run_here(
     config: SelfPlayConfig,
     evaluators: list[Evaluator] | None,
-    indices: range,
+    indices: Sequence[int],
     on_game: OnGame,
     stop: threading.Event,
     tag: str = "",
     log: Callable[[str], None] | None = None,
     ready: Callable[[], None] | None = None,
+    on_record: OnRecord | None = None,
 ) -> SelfPlayStats:
     """Play the games `indices` here; the USI engines start before the evaluator (or a TensorRT build)
     and the output file, so an engine that cannot start fails fast and leaves no file behind. `ready` is
-    called once all that is set up, before the first move (the caller's progress bar starts then)."""
+    called once all that is set up, before the first move (the caller's progress bar starts then).
+    With `on_record`, finished games go to it (whole, hcpe3-encoded) instead of a file."""
     with usi_opponents(config) as opponents:
         if evaluators is None:
             evaluators = [make_evaluator(config, log)]
-        writer = GameWriter(output_path(config.out_dir, config.format, tag), config.format)
+        writer: GameWriter | RecordSink
+        if on_record is not None:
+            writer = RecordSink(on_record)
+        else:
+            writer = GameWriter(output_path(config.out_dir, config.format, tag), config.format)
         try:
             if ready is not None:
                 ready()

@@ -30,6 +30,7 @@ class SelfPlayStats:
     workers_lost: int = 0  # worker processes that died (their finished games are counted and kept)
     server_calls: int = 0  # inference server: forward calls, and seconds its evaluator was busy
     server_busy: float = 0.0
+    servers: list[dict] = field(default_factory=list)  # per inference server: device, rows, calls, busy
     seconds: float = 0.0
     interrupted: bool = False
     files: list[str] = field(default_factory=list)
@@ -80,6 +81,11 @@ class SelfPlayStats:
     def mean_length(self) -> float:
         return self.positions / self.games if self.games else 0.0
 
+    def _server(self, s: dict) -> str:
+        busy = 100 * s["busy"] / max(self.seconds, 1e-9)
+        per_call = s["rows"] / max(s["calls"], 1)
+        return f"{s['device']} {s['rows']} rows in {s['calls']} calls ({per_call:.0f}/call, busy {busy:.0f}%)"
+
     def summary(self) -> str:
         line = (
             f"{self.games} games, {self.positions} positions in {self.seconds:.1f}s "
@@ -92,7 +98,9 @@ class SelfPlayStats:
             line += f", vs USI engine {self.usi_games} games W/L/D {self.usi_wld}"
         if self.dropped:
             line += f", {self.dropped} dropped (engine crash or timeout)"
-        if self.server_calls:
+        if len(self.servers) > 1:
+            line += ", inference servers " + "; ".join(self._server(s) for s in self.servers)
+        elif self.server_calls:
             line += (
                 f", inference server {self.nn_positions / self.server_calls:.0f} rows/call, "
                 f"busy {100 * self.server_busy / max(self.seconds, 1e-9):.0f}%"

@@ -17,6 +17,7 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from engine.core.moves import NUM_MOVE_LABELS
 from engine.core.rules import RESULT_MASK
 from engine.core.score import value_to_eval
 from engine.records.formats import DATA, MOVE_INFO, MOVE_VISITS, OPPONENT_SELFPLAY, Hcpe3Game
-from engine.records.writers import Hcpe3Writer, append_data
+from engine.records.writers import Hcpe3Writer, append_data, encode_hcpe3_game
 from engine.selfplay.config import FORMATS
 
 VISIT_SCALE = 65535  # hcpe3 visitNum holds round(p * 65535) of the improved policy
@@ -45,6 +46,7 @@ class GameRecord:
     start_hcp: np.ndarray
     result: int = 0  # hcpe3 result byte (winner | reason bits)
     opponent: int = OPPONENT_SELFPLAY  # hcpe3 header: who the USI engine played, if any
+    game_id: int = -1  # the game's index in its run (its seed): a cluster's driver keeps each id once
     hcps: list[np.ndarray] = field(default_factory=list)
     move16s: list[int] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
@@ -162,3 +164,22 @@ class GameWriter:
             self._hcpe3.close()
         if self.error is not None:
             raise RuntimeError(f"{self.path}: writer failed: {self.error}") from self.error
+
+
+OnRecord = Callable[[int, bytes], None]  # (game id, the whole game encoded as hcpe3)
+
+
+class RecordSink:
+    """A writer that writes nothing here: each finished game goes, whole and encoded as hcpe3, to a
+    callback (a cluster actor's worker sends it up; only the cluster's driver writes files)."""
+
+    path: Path | None = None
+
+    def __init__(self, send: OnRecord) -> None:
+        self.send = send
+
+    def put(self, game: GameRecord) -> None:
+        self.send(game.game_id, encode_hcpe3_game(to_hcpe3(game)))
+
+    def close(self) -> None:
+        """Nothing is buffered."""

@@ -51,6 +51,8 @@ class LoopConfig:
     selfplay_batch: str = "256"
     selfplay_processes: int = 1  # search processes (bin/selfplay --processes)
     inference_server: str = "auto"  # one network process for all of them: auto (on a GPU), on, off
+    devices: str = ""  # several devices of this host, "cuda:0,cuda:1": an inference server each
+    ray: str = ""  # a Ray cluster's address (auto or HEAD:6379): self-play on its nodes, never waiting
     max_moves: int = 320
     random_plies: int = 0
     # self-play games against an external USI engine (bootstrapping from it, as dlshogi did from elmo)
@@ -134,7 +136,7 @@ def path_list(text: str) -> list[Path]:
 
 def selfplay_config(cfg: LoopConfig, g: int, folder: Path, model: Path, before: int = 0) -> SelfPlayConfig:
     """Generation g's self-play settings; `before` games are already in the folder."""
-    from engine.selfplay.config import SelfPlayConfig
+    from engine.selfplay.config import SelfPlayConfig, parse_devices
 
     s = cfg.schedules()
     games = max(at_generation(s["games"], g) - before, 1)
@@ -152,6 +154,7 @@ def selfplay_config(cfg: LoopConfig, g: int, folder: Path, model: Path, before: 
         batch=at_generation(s["selfplay_batch"], g),
         processes=cfg.selfplay_processes,
         inference_server=cfg.inference_server,
+        devices=parse_devices(cfg.devices),
         progress=cfg.progress,
         usi_engine=cfg.usi_engine or None,
         usi_options=cfg.usi_options(),

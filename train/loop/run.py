@@ -100,20 +100,9 @@ def init_generation0(cfg: LoopConfig, paths: RunPaths, state: LoopState, log: Ca
     state.finish(0, "export", export_model(ckpt, paths.onnx(0), cfg.eval_batch, log))
 
 
-def run_loop(
-    cfg: LoopConfig,
-    log: Callable[[str], None] | None = None,
-    on_step: Callable[[int, str], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Run (or continue) generations 1..cfg.generations; returns all generations.jsonl rows.
-    `on_step(g, step)` is called after each finished step (progress reporting; tests interrupt here)."""
-    from train.trainer.plot import (  # here: spawned self-play workers import this module
-        plot_strength,
-        read_jsonl,
-    )
-
+def open_run(cfg: LoopConfig, log: Callable[[str], None]) -> tuple[LoopConfig, RunPaths, LoopState]:
+    """Check the settings, create or reopen the run folder and make generation 0."""
     cfg.validate()
-    log = log or (lambda msg: say(msg, sys.stdout))
     paths = RunPaths(Path(cfg.dir))
     with removed_if_refused(paths.root):  # a new run refused at generation 0 (a bad --init) leaves no folder
         paths.root.mkdir(parents=True, exist_ok=True)
@@ -125,6 +114,43 @@ def run_loop(
         if not state.generations:
             state.save()
         init_generation0(cfg, paths, state, log)
+    return cfg, paths, state
+
+
+def record_generation(paths: RunPaths, state: LoopState, g: int, log: Callable[[str], None]) -> None:
+    """Generation g's line in generations.jsonl and the redrawn plot, once."""
+    from train.trainer.plot import plot_strength, read_jsonl
+
+    if state.gen(g).get("recorded"):
+        return
+    row = generation_row(state, g)
+    append_row(paths.jsonl, row)
+    plot_strength(sorted(read_jsonl(paths.jsonl), key=_generation), paths.plot)
+    state.gen(g).update(ladder_elo=row["ladder_elo"], recorded=True)
+    state.save()
+    log(f"gen {g}: " + ", ".join(f"{k} {v['elo']:+.0f}" for k, v in row.items() if k.startswith("vs_")))
+
+
+def all_rows(paths: RunPaths) -> list[dict[str, Any]]:
+    from train.trainer.plot import read_jsonl
+
+    return sorted(read_jsonl(paths.jsonl), key=_generation)
+
+
+def run_loop(
+    cfg: LoopConfig,
+    log: Callable[[str], None] | None = None,
+    on_step: Callable[[int, str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run (or continue) generations 1..cfg.generations; returns all generations.jsonl rows.
+    `on_step(g, step)` is called after each finished step (progress reporting; tests interrupt here).
+    With `cfg.ray`, the generations run on a Ray cluster (`train.loop.cluster`)."""
+    log = log or (lambda msg: say(msg, sys.stdout))
+    if cfg.ray:
+        from train.loop.cluster import run_cluster_loop
+
+        return run_cluster_loop(cfg, log, on_step)
+    cfg, paths, state = open_run(cfg, log)
     for g in range(1, cfg.generations + 1):
         for step in STEPS:
             if state.done(g, step):
@@ -140,17 +166,8 @@ def run_loop(
             state.finish(g, step, record)
             if on_step is not None:
                 on_step(g, step)
-        if not state.gen(g).get("recorded"):
-            row = generation_row(state, g)
-            append_row(paths.jsonl, row)
-            plot_strength(sorted(read_jsonl(paths.jsonl), key=_generation), paths.plot)
-            state.gen(g).update(ladder_elo=row["ladder_elo"], recorded=True)
-            state.save()
-            log(
-                f"gen {g}: "
-                + ", ".join(f"{k} {v['elo']:+.0f}" for k, v in row.items() if k.startswith("vs_"))
-            )
-    return sorted(read_jsonl(paths.jsonl), key=_generation)
+        record_generation(paths, state, g, log)
+    return all_rows(paths)
 
 
 def _generation(row: dict[str, Any]) -> int:

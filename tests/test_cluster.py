@@ -1,0 +1,185 @@
+"""Self-play on a real local Ray cluster of two nodes (`ray.cluster_utils.Cluster`, one CPU each): games
+from both nodes arrive whole and exactly once, a killed actor loses nothing, and a driver stopped by
+SIGTERM leaves a folder that a rerun completes. Skipped without Ray (the `cluster` extra; CI has it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from engine.core.network import build, preset, save_checkpoint  # noqa: E402
+from engine.errors import UserError  # noqa: E402
+from engine.records.hcpe3_games import iter_hcpe3_games  # noqa: E402
+from engine.selfplay.cluster import (  # noqa: E402
+    ClusterSelfPlay,
+    IdSource,
+    Target,
+    run_cluster_selfplay,
+)
+from engine.selfplay.config import SelfPlayConfig  # noqa: E402
+from engine.selfplay.ray_connect import connect  # noqa: E402
+from engine.selfplay.run_folder import RunWriter, read_done  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head and a second node, one CPU each, no dashboard; torn down after the module."""
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+    )
+    try:
+        c.add_node(num_cpus=1)
+        c.wait_for_nodes()
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cluster-model") / "tiny.pt"
+    save_checkpoint(path, build(preset("tiny"), seed=0))
+    return path
+
+
+def small(out: Path, model: Path, games: int, **kw) -> SelfPlayConfig:
+    """Short games of a tiny network on the torch CPU backend, one thread."""
+    settings = dict(parallel=2, sims=4, considered=4, max_moves=16, backend="torch", threads=1)
+    settings.update(kw)
+    return SelfPlayConfig(out_dir=out, games=games, model=str(model), progress=False, **settings)
+
+
+def check_folder(out: Path, games: int) -> list[dict]:
+    """Exactly `games` whole games, ids 0..games-1 each once; the manifest lines."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a torn game would warn
+        whole = sum(len(list(iter_hcpe3_games(f))) for f in out.glob("*.hcpe3"))
+    done = read_done(out)
+    ids = [r["id"] for r in done.rows]
+    assert whole == done.games == games
+    assert sorted(ids) == list(range(games)), ids
+    return done.rows
+
+
+def test_games_from_both_nodes_arrive_whole_and_the_count_is_exact(cluster, model, tmp_path):
+    out = tmp_path / "out"
+    report = run_cluster_selfplay(small(out, model, 8), cluster.address)
+    assert (report.written, report.interrupted) == (8, False)
+    rows = check_folder(out, 8)
+    assert len({r["node"] for r in rows}) == 2, rows  # both nodes played
+    assert len(report.nodes) == 2 and sum(report.nodes.values()) == 8
+    assert len({r["model"] for r in rows}) == 1
+    again = run_cluster_selfplay(small(out, model, 8), cluster.address)  # nothing is missing: no work
+    assert again.written == 0
+    check_folder(out, 8)
+
+
+def test_a_killed_actor_loses_no_finished_game_and_the_run_completes(cluster, model, tmp_path):
+    out = tmp_path / "out"
+    games = 12
+    pool = ClusterSelfPlay(small(out, model, games, parallel=1), cluster.address, unit_games=3)
+    killed: list[int] = []
+    try:
+        pool.publish(str(model))
+        victim = pool.slots[0]
+        pid = ray.get(victim.actor.info.remote())["pid"]
+        target = Target(out, games, 0, RunWriter(out))
+
+        def kill_after_its_first_game() -> None:
+            deadline = time.monotonic() + 150
+            while time.monotonic() < deadline:
+                if victim.games >= 1 and victim.undelivered:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_after_its_first_game, daemon=True)
+        killer.start()
+        pool.collect([target], IdSource(range(games)), threading.Event())
+        killer.join()
+        pool.stop_actors([target])
+        target.writer.close()
+    finally:
+        pool.close()
+    assert killed, "the actor never delivered a game before the run ended"
+    assert pool.restarts >= 1
+    check_folder(out, games)
+
+
+def test_sigterm_to_the_driver_then_a_rerun_reaches_the_target(cluster, model, tmp_path):
+    out = tmp_path / "out"
+    games = 16
+    cmd = [
+        sys.executable, str(REPO / "bin" / "selfplay"), "--ray", cluster.address, "--out", str(out),
+        "--games", str(games), "--model", str(model), "--backend", "torch", "--parallel", "1",
+        "--sims", "4", "--considered", "4", "--max-moves", "24", "--threads", "1", "--no-progress",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 150
+        while not any(f.stat().st_size for f in out.glob("*.hcpe3")):
+            assert time.monotonic() < deadline and proc.poll() is None, "no game written in time"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    first = read_done(out)
+    assert 1 <= first.games == len(first.ids) < games  # stopped early, every written game has its id
+    assert "interrupted" in stdout, stdout
+    report = run_cluster_selfplay(small(out, model, games, parallel=1, max_moves=24), cluster.address)
+    assert report.written == games - first.games
+    check_folder(out, games)
+
+
+def test_bad_addresses_and_a_gpu_less_cluster_are_one_line_errors(cluster, model, tmp_path):
+    with pytest.raises(UserError, match="no Ray head answers there"):
+        connect("127.0.0.1:1")
+    with pytest.raises(UserError, match="expected auto or HOST:PORT"):
+        connect("no-port")
+    config = small(tmp_path / "out", model, 2, backend="trt")
+    with pytest.raises(UserError, match="--trt: the Ray cluster has no GPU"):
+        run_cluster_selfplay(config, cluster.address)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_loop_on_the_cluster_trains_while_the_actors_play(cluster, tmp_path):
+    from train.loop.config import LoopConfig, RunPaths
+    from train.loop.run import run_loop
+
+    lines: list[str] = []
+    cfg = LoopConfig(
+        dir=str(tmp_path / "run"), generations=2, network="tiny", games="4", sims="4", parallel="2",
+        max_moves=16, batch_size="32", eval_games=0, greedy=False, progress=False, ray=cluster.address,
+    )  # fmt: skip
+    rows = run_loop(cfg, log=lines.append)
+    assert [r["generation"] for r in rows] == [1, 2]
+    paths = RunPaths(tmp_path / "run")
+    ids = []
+    for g in (1, 2):
+        done = read_done(paths.selfplay(g))
+        assert done.games == len(done.rows) == 4  # exactly the target, each game with its manifest line
+        ids += [r["id"] for r in done.rows]
+        assert {r["model"] for r in done.rows} <= {"gen0", "gen1"}
+    assert len(ids) == len(set(ids))  # no game twice, across generations
+    assert any("self-play utilisation" in line for line in lines), lines
