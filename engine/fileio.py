@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import shutil
 import tempfile
@@ -113,3 +114,19 @@ def removed_if_refused(path: str | os.PathLike) -> Iterator[Path]:
         if made:
             shutil.rmtree(made[-1], ignore_errors=True)
         raise
+
+
+def check_settings_file(path: Path, settings: dict, holds: str) -> None:
+    """A UserError unless the JSON settings file `path` (if it exists) records `settings`: a run with
+    other settings would add records that do not belong with the folder's (`holds`: what it holds)."""
+    if not path.exists():
+        return
+    try:
+        before = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: unreadable ({e}); use a new folder") from None
+    if before != settings:
+        raise UserError(
+            f"{path.parent} holds {holds} made with other settings ({path}: {json.dumps(before)}); "
+            "rerun with those, or use a new folder"
+        )

@@ -139,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n")[0],
         epilog="It reads USI commands on stdin: register it in a GUI or give it to bin/match.",
     ).parse_args(argv)
+    serve_stdio(GreedyPlayer)
+    return 0
+
+
+def serve_stdio(make_player: Callable[[Callable[[str], None]], GreedyPlayer]) -> None:
+    """Run a player on stdin/stdout as a GUI starts it; a closed pipe ends it quietly."""
 
     def write(line: str) -> None:
         try:
@@ -148,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(0) from None
 
     sys.stdin.reconfigure(encoding="utf-8", errors="replace")
-    GreedyPlayer(write).run(sys.stdin)
-    return 0
+    make_player(write).run(sys.stdin)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from tqdm import tqdm
 from engine.core.rules import BLACK_WIN, DRAW, RESULT_MASK, WHITE_WIN
 from engine.core.score import value_to_eval
 from engine.errors import UserError
-from engine.fileio import atomic_write_text, check_output_dir
+from engine.fileio import atomic_write_text, check_output_dir, check_settings_file
 from engine.match.arbiter import Game, play_game
 from engine.match.openings import Opening, book_openings, random_openings
 from engine.records.formats import HCPE
@@ -178,17 +178,8 @@ class Corpus:
 
     def _check_settings(self, settings: dict[str, Any]) -> None:
         path = self.dir / SETTINGS
-        if path.exists():
-            try:
-                before = json.loads(path.read_text())
-            except (OSError, ValueError) as e:
-                raise UserError(f"{path}: unreadable ({e}); use a new output folder") from None
-            if before != settings:
-                raise UserError(
-                    f"{self.dir} holds a corpus made with other settings ({path}: {json.dumps(before)}); "
-                    "rerun with those, or use a new output folder"
-                )
-        else:
+        check_settings_file(path, settings, "a corpus")
+        if not path.exists():
             self.dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, json.dumps(settings, indent=1) + "\n")
 

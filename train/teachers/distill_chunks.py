@@ -12,8 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.errors import UserError
-from engine.fileio import atomic_write_text, check_output_dir
+from engine.fileio import atomic_write_text, check_output_dir, check_settings_file
 
 SETTINGS = "distill.json"
 
@@ -26,18 +25,7 @@ def check_chunk_settings(folder: Path, settings: dict[str, Any]) -> None:
     """A UserError unless `folder` can hold chunks made with `settings` (it is new, or was made with
     them); creates nothing."""
     check_output_dir(folder, "--chunks")
-    path = folder / SETTINGS
-    if not path.exists():
-        return
-    try:
-        before = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path}: unreadable ({e}); use a new folder") from None
-    if before != settings:
-        raise UserError(
-            f"{folder} holds chunks made with other settings ({path}: {json.dumps(before)}); "
-            "rerun with those, or use a new folder"
-        )
+    check_settings_file(folder / SETTINGS, settings, "chunks")
 
 
 def write_chunk_settings(folder: Path, settings: dict[str, Any]) -> None:

@@ -11,7 +11,6 @@ nyugyoku win when it can, resigns without a legal move and ignores the clock.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 
 import cshogi
@@ -19,7 +18,7 @@ import numpy as np
 
 from engine.core.position import board_after, parse_position
 from engine.errors import UserError, cli_main
-from engine.match.greedy_usi import GreedyPlayer
+from engine.match.greedy_usi import GreedyPlayer, serve_stdio
 from train.teachers.teacher import MINIOSL, GamePosition, Teacher, open_teacher
 
 
@@ -75,17 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
     teacher = open_teacher(args.teacher, max_batch=1, threads=args.threads)
-
-    def write(line: str) -> None:
-        try:
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-        except (BrokenPipeError, ValueError):
-            raise SystemExit(0) from None
-
-    sys.stdin.reconfigure(encoding="utf-8", errors="replace")
     try:
-        TeacherPlayer(write, teacher, f"Teacher-{args.teacher}").run(sys.stdin)
+        serve_stdio(lambda write: TeacherPlayer(write, teacher, f"Teacher-{args.teacher}"))
     finally:
         teacher.close()
     return 0
