@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import cshogi
@@ -21,7 +22,7 @@ from engine.backends.onnx_files import onnx_sha256, sha256_file
 from engine.backends.torch_evaluator import TorchEvaluator
 from engine.core.dlshogi_format import read_npz
 from engine.core.moves import legal_moves_and_labels
-from engine.core.network import NetworkConfig, build, load_model, save_dlshogi
+from engine.core.network import CHECKPOINT_FORMAT, NetworkConfig, build, load_model, save_dlshogi
 from engine.errors import UserError
 from export.onnx_export import export_onnx
 from train.data import synthetic
@@ -226,10 +227,22 @@ def test_resnet10_swish_round_trips_under_its_fixed_names(tmp_path, boards, refe
         save_dlshogi(tmp_path / "x.pth", small, resnet10_swish=True)
 
 
-def test_our_legacy_eps_survives_the_move_to_dlshogi(repo, tmp_path, boards):
-    """Our shipped model (BatchNorm eps 2e-5) written for dlshogi (eps 1e-5) computes the same outputs:
-    the eps difference is folded into the running variances."""
-    ours = load_model(repo / "models" / "default.pt")
+def test_our_legacy_eps_survives_the_move_to_dlshogi(tmp_path, boards):
+    """A checkpoint of ours written before bn_eps was recorded (BatchNorm eps 2e-5, as the models shipped
+    until 2026-12-04) written for dlshogi (eps 1e-5) computes the same outputs: the eps difference is
+    folded into the running variances."""
+    net = build(NetworkConfig(blocks=2, channels=32, fcl=32, bn_eps=2e-5), seed=0)
+    generator = torch.Generator().manual_seed(1)
+    for module in net.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):  # small variances, where the eps shows (gain ~1)
+            module.running_var.copy_(torch.rand(module.running_var.shape, generator=generator) * 1e-3 + 1e-4)
+            module.weight.data.copy_(module.running_var.sqrt())
+    config = {k: v for k, v in asdict(net.config).items() if k != "bn_eps"}
+    state = {"format": CHECKPOINT_FORMAT, "config": config, "model": net.state_dict()}
+    legacy = tmp_path / "legacy.pt"
+    torch.save(state, legacy)
+    ours = load_model(legacy)
+    assert ours.config.bn_eps == 2e-5
     out = tmp_path / f"model_{ours.config.activation}.npz"
     save_dlshogi(out, ours)
     moved = load_model(out)
