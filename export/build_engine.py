@@ -4,6 +4,7 @@ batch + precision with a JSON sidecar; an existing engine whose sidecar does not
 
     python export/build_engine.py model.onnx --max-batch 256 --opt-batch 128
     python export/build_engine.py model-fp16.onnx   # TensorRT 11 (no FP16 flag): FP16-typed ONNX
+    python export/build_engine.py model.onnx --device cuda:1   # built on (and for) the second GPU
 
 TensorRT 10 builds FP16 with BuilderFlag.FP16 from an FP32 ONNX; TensorRT 11 removed that flag and
 builds a strongly typed network, so give it the FP16-typed ONNX from `onnx_export.py --fp16`.
@@ -12,6 +13,8 @@ builds a strongly typed network, so give it the FP16-typed ONNX from `onnx_expor
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -20,6 +23,21 @@ if __name__ == "__main__":
 
 from engine.backends.trt_build import PRECISIONS, build_cached_engine
 from engine.errors import UserError, cli_main
+
+
+def visible_devices(device: str, visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES that leaves only `device` (cuda or cuda:N, N counted among the GPUs already
+    visible), so that the engine is built on it: TensorRT builds on the process's current GPU."""
+    match = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if match is None:
+        raise UserError(f"--device {device}: TensorRT builds on a GPU: cuda or cuda:N")
+    index = int(match[1] or 0)
+    gpus = [g.strip() for g in visible.split(",") if g.strip()] if visible is not None else None
+    if gpus is None:
+        return str(index)
+    if index >= len(gpus):
+        raise UserError(f"--device {device}: CUDA_VISIBLE_DEVICES={visible} leaves {len(gpus)} GPU(s)")
+    return gpus[index]
 
 
 @cli_main("build_engine")
@@ -32,9 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", choices=PRECISIONS, default="fp16")
     parser.add_argument("--workspace-gb", type=float, default=4.0)
     parser.add_argument("--timing-cache", default=None, help="load/save here (default: in the out dir)")
+    parser.add_argument("--device", default="cuda", help="the GPU to build on (and for): cuda or cuda:N")
     args = parser.parse_args(argv)
     if args.workspace_gb <= 0:
         raise UserError("--workspace-gb must be positive")
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(args.device, os.environ.get("CUDA_VISIBLE_DEVICES"))
     path = build_cached_engine(
         args.onnx,
         args.out_dir,

@@ -29,7 +29,7 @@ from engine.selfplay.cluster import (  # noqa: E402
 )
 from engine.selfplay.config import SelfPlayConfig  # noqa: E402
 from engine.selfplay.ray_connect import connect  # noqa: E402
-from engine.selfplay.run_folder import RunWriter, read_done  # noqa: E402
+from engine.selfplay.run_folder import RunWriter, read_done, read_manifest  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(240)
@@ -183,3 +183,115 @@ def test_the_loop_on_the_cluster_trains_while_the_actors_play(cluster, tmp_path)
         assert {r["model"] for r in done.rows} <= {"gen0", "gen1"}
     assert len(ids) == len(set(ids))  # no game twice, across generations
     assert any("self-play utilisation" in line for line in lines), lines
+
+
+def test_a_node_leaving_mid_run_loses_and_repeats_no_game(cluster, model, tmp_path):
+    out = tmp_path / "out"
+    games = 12
+    node = cluster.add_node(num_cpus=1)  # a third node, removed once it has delivered a game
+    cluster.wait_for_nodes()
+    label = "/" + node.node_id[:6]
+    removed: list[bool] = []
+
+    def remove_after_its_first_game() -> None:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            rows = [r for f in out.glob("*.games.jsonl") for r in read_manifest(f)]
+            if any(label in r["node"] for r in rows):
+                cluster.remove_node(node)
+                removed.append(True)
+                return
+            time.sleep(0.05)
+
+    remover = threading.Thread(target=remove_after_its_first_game, daemon=True)
+    remover.start()
+    report = run_cluster_selfplay(small(out, model, games, parallel=1), cluster.address, unit_games=2)
+    remover.join()
+    assert removed, "the third node never delivered a game before the run ended"
+    assert report.written == games and report.restarts >= 1 and not report.interrupted
+    check_folder(out, games)
+
+
+def test_evaluation_games_as_ray_tasks_are_the_local_match(cluster, model, tmp_path):
+    """The same deterministic engines (the policy's best move) give the same games, W/L/D and CSA files
+    whether the match is played here or fanned out as tasks over the cluster's nodes."""
+    from engine.match.openings import random_openings
+    from engine.usi_client import EngineSpec
+    from train.loop.cluster_eval import ray_matches
+    from train.loop.config import LoopConfig
+    from train.loop.steps import USI_ENGINE, local_matches
+
+    cfg = LoopConfig(eval_games=4, eval_nodes=1, eval_max_moves=24, eval_timeout=60.0, progress=False)
+    options = {"DNN_Model": str(model), "Backend": "torch", "Search_Mode": "policy", "Threads": "1"}
+    me, other = (EngineSpec(str(USI_ENGINE), options, name) for name in ("gen1", "gen0"))
+    openings = random_openings(2, 4, seed=3)
+    connect(cluster.address)
+    try:
+        remote = ray_matches(ray, cfg, threading.Event())(me, other, openings, tmp_path / "ray")
+    finally:
+        ray.shutdown()
+    with local_matches(cfg) as play:
+        local = play(me, other, openings, tmp_path / "local")
+    assert remote.summary() == local.summary()
+    assert remote.wins + remote.losses + remote.draws == 4
+    assert not {"crash", "timeout"} & set(remote.summary()["reasons"])  # games played, not lost engines
+    names = sorted(p.name for p in (tmp_path / "local").iterdir())
+    assert (
+        names
+        == sorted(p.name for p in (tmp_path / "ray").iterdir())
+        == [f"game-{i:04d}.csa" for i in range(1, 5)]
+    )
+    for name in names:
+        assert (tmp_path / "ray" / name).read_text() == (tmp_path / "local" / name).read_text()
+
+
+@pytest.mark.timeout(600)
+def test_the_loop_with_a_model_age_window_resumes_after_sigterm(cluster, tmp_path):
+    """bin/loop --ray --max-model-age 1, stopped by SIGTERM once generation 1's games are in, then
+    rerun: every folder holds exactly its games, each once and kept across the stop, all played by the
+    model one generation old; training read only those; the evaluation's games were Ray tasks."""
+    from train.loop.config import LoopConfig, LoopState, RunPaths
+    from train.loop.run import run_loop
+
+    run = tmp_path / "run"
+    settings = dict(
+        dir=str(run), generations=2, network="tiny", games="4", sims="4", parallel="2", max_moves=16,
+        batch_size="32", eval_games=2, eval_nodes=4, eval_max_moves=24, greedy=False, progress=False,
+        ray=cluster.address, max_model_age=1,
+    )  # fmt: skip
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in settings.items() if k not in ("greedy", "progress")]
+    cmd = [sys.executable, str(REPO / "bin" / "loop"), *flags, "--no-greedy", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    paths = RunPaths(run)
+    try:
+        deadline = time.monotonic() + 300
+        while not (paths.state.is_file() and LoopState.load(paths.state, "tiny").done(1, "selfplay")):
+            assert time.monotonic() < deadline and proc.poll() is None, "generation 1's games never came"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "rerun the same command to continue" in stderr, stderr
+    before = {g: {r["id"] for r in read_done(paths.selfplay(g)).rows} for g in (1, 2)}
+    assert len(before[1]) == 4
+
+    rows = run_loop(LoopConfig(**settings), log=lambda _: None)
+    assert [r["generation"] for r in rows] == [1, 2]
+    state = LoopState.load(paths.state, "tiny")
+    ids = []
+    for g in (1, 2):
+        done = read_done(paths.selfplay(g))
+        assert done.games == len(done.rows) == 4
+        assert before[g] <= {r["id"] for r in done.rows}  # nothing written before the stop was lost
+        ids += [r["id"] for r in done.rows]
+        assert {r["model"] for r in done.rows} == {f"gen{g - 1}"}  # too old a model's games left out
+        trained = state.gen(g)["train"]["files"]
+        assert trained and all(f"-gen{g - 1}." in name for name in trained), trained
+        matches = state.gen(g)["eval"]["matches"]
+        assert all(m["wins"] + m["losses"] + m["draws"] == m["games"] == 2 for m in matches.values())
+        played = {d.name: len(list(d.glob("game-*.csa"))) for d in (paths.gen(g) / "eval").iterdir()}
+        assert "prev" in played and set(played) <= set(matches) and set(played.values()) == {2}, played
+    assert len(ids) == len(set(ids))  # no game twice, across generations and the two sessions

@@ -70,16 +70,21 @@ class IdSource:
 
 @dataclass
 class Target:
-    """A folder to fill: the games it must hold, those it had, and its writer."""
+    """A folder to fill: the games it must hold, those it had, its writer, and the models whose games
+    it takes (None: any; the loop's window by model age leaves older ones out)."""
 
     folder: Path
     games: int
     had: int
     writer: RunWriter
+    models: frozenset[str] | None = None
 
     @property
     def full(self) -> bool:
         return self.had + self.writer.games >= self.games
+
+    def takes(self, model: str) -> bool:
+        return not self.full and (self.models is None or model in self.models)
 
 
 @dataclass
@@ -225,7 +230,7 @@ class ClusterSelfPlay:
                 self.duplicates += 1
                 continue
             slot.undelivered.discard(game_id)
-            target = next((t for t in targets if not t.full), None)
+            target = next((t for t in targets if t.takes(model)), None)
             if target is None:
                 self.surplus += 1
                 continue
@@ -462,7 +467,7 @@ def run_cluster_selfplay(
         return ClusterReport(
             config.games, done.games, target.writer.games, pool.positions, time.perf_counter() - started,
             pool.node_games(), pool.restarts, pool.utilisation(), not target.full,
-            [str(target.writer.path)] if target.writer.path else [],
+            [str(p) for p in target.writer.paths],
         )  # fmt: skip
 
 

@@ -3,6 +3,7 @@ version that differs from the cluster's, and nothing started here that listens (
 
 from __future__ import annotations
 
+import re
 import socket
 from typing import Any
 
@@ -42,8 +43,24 @@ def connect(address: str) -> Any:
         first = (str(e).strip().splitlines() or ["no cluster"])[0]
         raise UserError(f"--ray {address}: no Ray cluster to join ({first})") from None
     except RuntimeError as e:
-        if "version" in str(e).lower():
-            first = " ".join(str(e).split())[:240]
-            raise UserError(f"--ray {address}: Ray version mismatch with the cluster: {first}") from None
-        raise
+        mismatch = version_mismatch(address, str(e))
+        if mismatch is None:
+            raise
+        raise mismatch from None
     return ray
+
+
+def version_mismatch(address: str, message: str) -> UserError | None:
+    """The one line for Ray's refusal to join a cluster of another Ray or Python version (its message
+    names the cluster's versions, then this process's), or None for another error."""
+    if "version mismatch" not in message.lower():
+        return None
+    rays = re.findall(r"Ray: (\S+)", message)
+    pythons = re.findall(r"Python: (\S+)", message)
+    if len(rays) < 2 or len(pythons) < 2:
+        first = " ".join(message.split())[:240]
+        return UserError(f"--ray {address}: Ray version mismatch with the cluster: {first}")
+    return UserError(
+        f"--ray {address}: the cluster runs Ray {rays[0]} on Python {pythons[0]}, this host Ray {rays[1]} "
+        f"on Python {pythons[1]}: install the same Ray and Python on every host"
+    )

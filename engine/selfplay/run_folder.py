@@ -1,6 +1,7 @@
 """A cluster run's folder, written by its driver alone: whole games appended to one new hcpe3 file per
-session, and beside it a manifest with one JSON line per game (its id, the node and the model that
-played it), so that a rerun knows which game ids are done and plays only the others.
+session (or per session and model, for a window by model age), and beside each a manifest with one
+JSON line per game (its id, the node and the model that played it), so that a rerun knows which game
+ids are done and plays only the others.
 
 The manifest line is written before its game. A driver killed between the two leaves a line too many;
 a rerun trusts only as many lines as the file holds whole games, cuts a torn last game off and drops the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -78,35 +80,48 @@ def read_done(folder: Path) -> Done:
     return done
 
 
+@dataclass
+class _File:
+    path: Path
+    hcpe3: Hcpe3Writer
+    manifest: IO[str]
+
+
 class RunWriter:
     """The driver's writer of one folder: a new hcpe3 file (created with its first game) and its
-    manifest. Each game goes in whole: its manifest line, then its bytes, both flushed."""
+    manifest. With `by_model`, each model's games get a file of their own, so that a training window
+    can choose games by the model that played them, file by file. Each game goes in whole: its
+    manifest line, then its bytes, both flushed."""
 
-    def __init__(self, folder: Path, tag: str = "-ray") -> None:
+    def __init__(self, folder: Path, tag: str = "-ray", by_model: bool = False) -> None:
         self.folder = Path(folder)
         self.tag = tag
-        self.path: Path | None = None
+        self.by_model = by_model
         self.games = 0
-        self._hcpe3: Hcpe3Writer | None = None
-        self._manifest: IO[str] | None = None
+        self.paths: list[Path] = []  # every file it created
+        self._files: dict[str, _File] = {}  # the open ones, by model
+
+    def _file(self, model: str) -> _File:
+        key = model if self.by_model else ""
+        if key not in self._files:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tag = self.tag + (f"-{re.sub(r'[^A-Za-z0-9_.]+', '-', key)}" if key else "")
+            path = output_path(self.folder, "hcpe3", tag)
+            self.paths.append(path)
+            self._files[key] = _File(path, Hcpe3Writer(path), open(manifest_path(path), "a"))  # noqa: SIM115
+        return self._files[key]
 
     def write(self, game_id: int, data: bytes, meta: dict) -> None:
-        if self._hcpe3 is None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self.path = output_path(self.folder, "hcpe3", self.tag)
-            self._hcpe3 = Hcpe3Writer(self.path)
-            self._manifest = open(manifest_path(self.path), "a")
-        assert self._manifest is not None
-        self._manifest.write(json.dumps({"id": game_id, **meta}) + "\n")
-        self._manifest.flush()
-        self._hcpe3.write_encoded(data)
+        f = self._file(str(meta.get("model", "")))
+        f.manifest.write(json.dumps({"id": game_id, **meta}) + "\n")
+        f.manifest.flush()
+        f.hcpe3.write_encoded(data)
         self.games += 1
 
     def close(self) -> None:
-        if self._hcpe3 is not None:
-            self._hcpe3.close()
-        if self._manifest is not None:
-            self._manifest.flush()
-            os.fsync(self._manifest.fileno())
-            self._manifest.close()
-        self._hcpe3 = self._manifest = None
+        for f in self._files.values():
+            f.hcpe3.close()
+            f.manifest.flush()
+            os.fsync(f.manifest.fileno())
+            f.manifest.close()
+        self._files = {}

@@ -1,10 +1,12 @@
 """The learning loop on a Ray cluster: self-play never waits for training.
 
 The actors (`engine.selfplay.cluster`) play without pause. Generation g's self-play step only fills
-its folder up to its target; while g then trains and exports on the driver (and evaluates), the
-actors go on with the newest published model and their games fill the next generations' folders
-(each game's manifest line names the model that played it, `genN`, so a window can be chosen by
-model age). Once g is exported it is published and the actors' next units play it. The driver is the
+its folder up to its target; while g then trains and exports on the driver (and is evaluated, its
+games Ray tasks on the nodes: `cluster_eval`), the actors go on with the newest published model and
+their games fill the next generations' folders (each game's manifest line names the model that played
+it, `genN`). With --max-model-age A, each model's games go to files of their own, folder k takes only
+games of models k-A..k-1 (older ones are dropped) and generation g trains only on files of models
+g-A..g-1. Once g is exported it is published and the actors' next units play it. The driver is the
 only writer; state.json and every step resume as in the local loop, and a rerun plays only what the
 folders miss. The share of wall time the actors were playing is logged after every generation.
 """
@@ -18,6 +20,7 @@ from typing import Any
 
 from engine.selfplay.cluster import ClusterSelfPlay, IdSource, Target
 from engine.selfplay.run_folder import RunWriter, read_done
+from train.loop.cluster_eval import ray_matches
 from train.loop.config import LoopConfig, LoopState, RunPaths, at_generation, selfplay_config
 from train.loop.run import all_rows, open_run, record_generation
 from train.loop.steps import Interrupted, count_games, play_model, step_eval, step_export, step_train
@@ -67,10 +70,16 @@ class ClusterLoop:
             if self.state.done(k, "selfplay"):
                 continue
             folder = self.paths.selfplay(k)
-            writer = self.writers.setdefault(k, RunWriter(folder))
+            writer = self.writers.setdefault(k, RunWriter(folder, by_model=bool(self.cfg.max_model_age)))
             had = read_done(folder).games - writer.games  # this session's file counts through its writer
-            out.append(Target(folder, at_generation(games, k), had, writer))
+            out.append(Target(folder, at_generation(games, k), had, writer, self._young(k)))
         return out
+
+    def _young(self, k: int) -> frozenset[str] | None:
+        """With --max-model-age A, folder k takes only games generation k may train on (models k-A..k-1):
+        an actor's game of an older model is dropped rather than fill a place a younger one needs."""
+        age = self.cfg.max_model_age
+        return frozenset(f"gen{m}" for m in range(max(k - age, 0), k)) if age else None
 
     def close_writers(self) -> None:
         for w in self.writers.values():
@@ -127,6 +136,7 @@ def run_cluster_loop(
     cfg, paths, state = open_run(cfg, log)
     loop = ClusterLoop(cfg, paths, state, log)
     stop = threading.Event()
+    eval_on_ray = ray_matches(loop.pool.ray, cfg, stop)  # evaluation games are tasks on the cluster too
     try:
         loop.publish(_latest_model(state, cfg.generations))
         with stop_on_signals(stop):
@@ -141,7 +151,7 @@ def run_cluster_loop(
                     run = {
                         "train": lambda g=g: step_train(cfg, paths, g, log),
                         "export": lambda g=g: step_export(cfg, paths, g, log),
-                        "eval": lambda g=g: step_eval(cfg, paths, g, state, log),
+                        "eval": lambda g=g: step_eval(cfg, paths, g, state, log, eval_on_ray),
                     }[step]
                     state.finish(g, step, loop.while_playing(g, run))
                     _stepped(on_step, g, step)

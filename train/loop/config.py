@@ -64,6 +64,7 @@ class LoopConfig:
     usi_engines: int = 1
     # training
     window: str = "8"  # newest self-play files trained on
+    max_model_age: int = 0  # generation g trains only on games of models g-A..g-1 (0: any model)
     extra_data: str = ""  # comma-separated records mixed into every generation's training (an anchor)
     test: str = ""  # comma-separated held-out records each generation is measured on (e.g. an engine's games)
     val_lambda: float = 0.0  # trainer's mix of the stored eval into the value target
@@ -114,6 +115,7 @@ class LoopConfig:
             (self.eval_batch >= 1, "--eval-batch must be >= 1"),
             (self.eval_timeout > 0, "--eval-timeout must be > 0"),
             (self.anchor >= 0, "--anchor must be >= 0"),
+            (self.max_model_age >= 0, "--max-model-age must be >= 0"),
             (self.workers >= 0, "--workers must be >= 0"),
         ]
         for ok, msg in checks:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.match.arbiter import play_match
-from engine.match.openings import random_openings
+from engine.match.arbiter import MatchResult, play_match
+from engine.match.openings import Opening, random_openings
 from engine.paths import REPO_ROOT
 from engine.records.hcpe3_games import iter_hcpe3_games
-from engine.usi_client import EngineSpec, GoLimit, started
+from engine.selfplay.run_folder import manifest_path, read_manifest
+from engine.usi_client import EngineSpec, GoLimit, UsiProcess, started
 from train.loop.config import LoopConfig, LoopState, RunPaths, at_generation, selfplay_config
 
 USI_ENGINE = REPO_ROOT / "bin" / "usi_engine"
@@ -62,12 +65,31 @@ def step_selfplay(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str],
     }
 
 
-def window_files(paths: RunPaths, g: int, window: int) -> list[Path]:
-    """The newest `window` self-play files of generations 1..g (generation order, then file name)."""
+GEN_LABEL = re.compile(r"gen(\d+)")
+
+
+def played_by(path: Path, k: int) -> set[int | None]:
+    """The generations whose models played a file of folder k: its manifest's `genN` labels (a label
+    naming no generation: None), else generation k - 1's (a local loop's folder holds only those)."""
+    if not manifest_path(path).is_file():
+        return {k - 1}
+    labels = {str(row.get("model")) for row in read_manifest(manifest_path(path))}
+    return {int(m[1]) if (m := GEN_LABEL.fullmatch(label)) else None for label in labels}
+
+
+def window_files(paths: RunPaths, g: int, window: int, max_age: int = 0) -> list[Path]:
+    """The newest `window` self-play files of generations 1..g (generation order, then file name); with
+    `max_age`, only files whose every game was played by a model of generations g - max_age .. g - 1."""
     files = [
-        f for k in range(1, g + 1) for f in sorted(paths.selfplay(k).glob("*.hcpe3")) if f.stat().st_size > 0
+        (k, f)
+        for k in range(1, g + 1)
+        for f in sorted(paths.selfplay(k).glob("*.hcpe3"))
+        if f.stat().st_size > 0
     ]
-    return files[-window:]
+    if max_age:
+        young: set[int | None] = set(range(g - max_age, g))
+        files = [(k, f) for k, f in files if played_by(f, k) <= young]
+    return [f for _, f in files][-window:]
 
 
 def step_train(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], None]) -> dict[str, Any]:
@@ -77,12 +99,14 @@ def step_train(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], No
     s = cfg.schedules()
     out = paths.train(g)
     resume = (out / "checkpoint.pt").is_file()
-    files = window_files(paths, g, at_generation(s["window"], g))
+    age = cfg.max_model_age
+    files = window_files(paths, g, at_generation(s["window"], g), age)
     if not files:
         raise UserError(f"{paths.selfplay(g)}: no self-play records to train on")
     extra = cfg.extra_paths()
     log(
         f"gen {g}: training on {len(files)} file(s)"
+        + (f" of the models of gen {max(g - age, 0)}..{g - 1}" if age else "")
         + (f" + {len(extra)} extra" if extra else "")
         + f" from gen {g - 1}'s weights"
         + (" (resuming)" if resume else "")
@@ -168,27 +192,60 @@ def opponents(cfg: LoopConfig, paths: RunPaths, g: int) -> dict[str, EngineSpec]
     return out
 
 
+MatchPlayer = Callable[[EngineSpec, EngineSpec, Sequence[Opening], Path], MatchResult]
+"""Plays `eval_games` games between two engines from the openings, writing one CSA file per game into
+the folder: here (`local_matches`) or as Ray tasks on a cluster (`train.loop.cluster_eval`)."""
+
+
+def eval_limits(cfg: LoopConfig) -> tuple[GoLimit, GoLimit]:
+    return (GoLimit(nodes=cfg.eval_nodes),) * 2
+
+
+@contextmanager
+def local_matches(cfg: LoopConfig) -> Iterator[MatchPlayer]:
+    """Matches played here one after another, the evaluated engine started once for all of them."""
+    with ExitStack() as stack:
+        running: dict[str, UsiProcess] = {}
+
+        def play(
+            me: EngineSpec, other: EngineSpec, openings: Sequence[Opening], csa_dir: Path
+        ) -> MatchResult:
+            if me.label not in running:
+                (running[me.label],) = stack.enter_context(started([me], cfg.eval_timeout))
+            with started([other], cfg.eval_timeout) as (engine,):
+                return play_match(
+                    [running[me.label], engine],
+                    cfg.eval_games,
+                    eval_limits(cfg),
+                    max_moves=cfg.eval_max_moves,
+                    openings=openings,
+                    csa_dir=csa_dir,
+                    progress=cfg.progress,
+                )
+
+        yield play
+
+
 def step_eval(
-    cfg: LoopConfig, paths: RunPaths, g: int, state: LoopState, log: Callable[[str], None]
+    cfg: LoopConfig,
+    paths: RunPaths,
+    g: int,
+    state: LoopState,
+    log: Callable[[str], None],
+    play: MatchPlayer | None = None,
 ) -> dict[str, Any]:
+    """Generation g's matches against `opponents` (played by `play`, here by default) and held-out losses."""
     started_at = time.perf_counter()
     matches: dict[str, Any] = state.gen(g).setdefault("eval_matches", {})
     todo = {k: v for k, v in opponents(cfg, paths, g).items() if k not in matches}
     if todo and cfg.eval_games:
         openings = random_openings((cfg.eval_games + 1) // 2, cfg.eval_random_plies, cfg.seed + g)
-        with started([model_engine(cfg, play_model(paths, g), f"gen{g}")], cfg.eval_timeout) as (me,):
+        me = model_engine(cfg, play_model(paths, g), f"gen{g}")
+        with ExitStack() as stack:
+            play = play or stack.enter_context(local_matches(cfg))
             for key, spec in todo.items():
                 log(f"gen {g}: {cfg.eval_games} games vs {spec.label} ({cfg.eval_nodes} nodes/move)")
-                with started([spec], cfg.eval_timeout) as (other,):
-                    result = play_match(
-                        [me, other],
-                        cfg.eval_games,
-                        (GoLimit(nodes=cfg.eval_nodes),) * 2,
-                        max_moves=cfg.eval_max_moves,
-                        openings=openings,
-                        csa_dir=paths.gen(g) / "eval" / key,
-                        progress=cfg.progress,
-                    )
+                result = play(me, spec, openings, paths.gen(g) / "eval" / key)
                 log(f"gen {g}: {result}")
                 matches[key] = result.summary()
                 state.save()  # a finished match survives an interruption of the next one
