@@ -73,6 +73,7 @@ class LoopConfig:
     lr: str = "0.01"
     optimizer: str = "sgd"
     workers: int = 0
+    train_processes: int = 1  # >1: training under torchrun, one DDP process per GPU of this host
     # serving and evaluation
     backend: str = "auto"
     device: str | None = None
@@ -117,6 +118,12 @@ class LoopConfig:
             (self.anchor >= 0, "--anchor must be >= 0"),
             (self.max_model_age >= 0, "--max-model-age must be >= 0"),
             (self.workers >= 0, "--workers must be >= 0"),
+            (self.train_processes >= 1, "--train-processes must be >= 1"),
+            (
+                self.train_processes == 1 or not (self.device or "").startswith("cuda:"),
+                f"--train-processes {self.train_processes} puts process i on cuda:i: give --device cuda, "
+                f"not {self.device}",
+            ),
         ]
         for ok, msg in checks:
             if not ok:

@@ -94,7 +94,6 @@ def window_files(paths: RunPaths, g: int, window: int, max_age: int = 0) -> list
 
 def step_train(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], None]) -> dict[str, Any]:
     from train.trainer.config import TrainConfig
-    from train.trainer.run import train
 
     s = cfg.schedules()
     out = paths.train(g)
@@ -111,27 +110,33 @@ def step_train(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], No
         + f" from gen {g - 1}'s weights"
         + (" (resuming)" if resume else "")
     )
-    summary = train(
-        TrainConfig(
-            data=[str(f) for f in [*files, *extra]],
-            val_lambda=cfg.val_lambda,
-            out=str(out),
-            init=str(paths.checkpoint(g - 1)),
-            resume=resume,
-            epochs=at_generation(s["epochs"], g),
-            batch_size=at_generation(s["batch_size"], g),
-            lr=at_generation(s["lr"], g),
-            optimizer=cfg.optimizer,
-            seed=cfg.seed + g,
-            device=cfg.device,
-            workers=cfg.workers,
-            log_interval=10,
-            progress=cfg.progress,
-        )
+    train_config = TrainConfig(
+        data=[str(f) for f in [*files, *extra]],
+        val_lambda=cfg.val_lambda,
+        out=str(out),
+        init=str(paths.checkpoint(g - 1)),
+        resume=resume,
+        epochs=at_generation(s["epochs"], g),
+        batch_size=at_generation(s["batch_size"], g),
+        lr=at_generation(s["lr"], g),
+        optimizer=cfg.optimizer,
+        seed=cfg.seed + g,
+        device=cfg.device,
+        workers=cfg.workers,
+        log_interval=10,
+        progress=cfg.progress,
     )
+    if cfg.train_processes > 1:
+        from train.trainer.launch import train_processes
+
+        summary = train_processes(train_config, cfg.train_processes)
+    else:
+        from train.trainer.run import train
+
+        summary = train(train_config)
     if not summary.get("finished"):
         raise Interrupted(f"gen {g}: training stopped ({summary.get('stopped_by')}); checkpoint kept")
-    keep = ("steps", "positions", "seconds", "policy_loss", "value_loss", "loss")
+    keep = ("steps", "positions", "processes", "seconds", "policy_loss", "value_loss", "loss")
     return {**{k: summary[k] for k in keep if k in summary}, "files": [f.name for f in files]}
 
 

@@ -79,6 +79,27 @@ class TrainConfig:
     progress: bool = True
 
 
+def train_argv(cfg: TrainConfig) -> list[str]:
+    """The bin/train flags that give back `cfg` (its non-default settings): how a library caller such as
+    the learning loop runs the same training as a command, under torchrun."""
+    default = TrainConfig()
+    argv: list[str] = []
+    for f in dataclasses.fields(TrainConfig):
+        value = getattr(cfg, f.name)
+        if value == getattr(default, f.name) and f.name != "out":  # bin/train needs --out said
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "progress":
+            argv.append("--no-progress")
+        elif isinstance(value, bool):
+            argv.append(flag)
+        elif isinstance(value, list):
+            argv += [flag, *map(str, value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
 def _size_overrides(cfg: TrainConfig) -> dict[str, int | None]:
     return {"blocks": cfg.blocks, "channels": cfg.channels, "fcl": cfg.fcl}
 

@@ -363,6 +363,7 @@ def _finish(run: Run, stopped_by: str | None, started: float) -> dict[str, Any]:
         "finished": finished,
         "stopped_by": stopped_by,
         "positions": len(run.corpus),
+        "processes": run.d.world,
         "steps_per_epoch": run.steps_per_epoch,
         "seconds": time.perf_counter() - started,
         **run.last_train,
