@@ -32,6 +32,17 @@ from engine.usi_spec import (
 )
 
 STARTPOS = "startpos"
+ENGINE_ERROR = "info string error:"  # how an engine (ours) says an option or its model failed
+
+
+def absolute_file_options(options: dict[str, str]) -> dict[str, str]:
+    """Option values that name an existing file or folder relative to this process's folder, made
+    absolute: the engine runs in its own folder (as cshogi runs it), where a relative name means nothing
+    (`bin/match --option1 DNN_Model=runs/x/model.pt`, a loop's `--dir runs/loop`)."""
+    return {
+        k: os.path.abspath(v) if v and not os.path.isabs(v) and os.path.exists(v) else v
+        for k, v in options.items()
+    }
 
 
 def usi_score_to_value(score: str | None) -> float:
@@ -106,7 +117,7 @@ class UsiProcess(cshogi.usi.Engine):
             while (line := self._read(self.timeout)) != "usiok":
                 if line.startswith("id name "):
                     self.name = self.spec.name or line[8:]
-            for key, value in self.spec.options.items():
+            for key, value in absolute_file_options(self.spec.options).items():
                 self.setoption(key, value)
             self.isready()
         except EngineFailure as e:
@@ -196,9 +207,16 @@ class UsiProcess(cshogi.usi.Engine):
         self._send("gameover" + (f" {result}" if result else ""))
 
     def isready(self, listener: Any = None) -> None:
+        """An error the engine reports before `readyok` (a refused option, a model that did not load) is
+        an EngineFailure: our engine answers readyok anyway, for GUIs, and would then play first legal
+        moves that a match would count as its play."""
         self._send("isready")
-        while self._read(max(self.timeout, 600.0)) != "readyok":  # model loading may take long
-            pass
+        errors = []
+        while (line := self._read(max(self.timeout, 600.0))) != "readyok":  # model loading may take long
+            if line.startswith(ENGINE_ERROR):
+                errors.append(line[len(ENGINE_ERROR) :].strip())
+        if errors:
+            raise EngineFailure(f"{self.name}: {errors[0]}")
 
     def go(
         self,

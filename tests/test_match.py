@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from engine.match.openings import (
     repeated_games,
 )
 from engine.play.book import GPSSHOGI_BOOK
-from engine.usi_client import EngineSpec, GoLimit, started
+from engine.usi_client import EngineSpec, GoLimit, absolute_file_options, started
 from tests.test_osl_book import small_book
 
 REPO = Path(__file__).resolve().parent.parent
@@ -453,3 +454,41 @@ def test_client_reads_score_and_nodes_from_info_lines_not_info_strings(tmp_path)
         engine.position([])
         assert engine.go(byoyomi=100) == ("2g2f", None)
         assert (engine.last_score, engine.last_nodes) == (None, None)
+
+
+def test_absolute_file_options_only_touch_existing_relative_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "net.onnx").write_bytes(b"")
+    options = {
+        "DNN_Model": "runs/net.onnx",
+        "Other": "/abs/x.onnx",
+        "Missing": "runs/no.onnx",
+        "Batch": "16",
+        "E": "",
+    }
+    assert absolute_file_options(options) == {**options, "DNN_Model": str(tmp_path / "runs" / "net.onnx")}
+
+
+def test_our_engine_finds_a_model_relative_to_the_caller_and_its_errors_fail_the_start(
+    tmp_path, tiny_model, monkeypatch
+):
+    """Engines run in their own folder; a relative DNN_Model names the caller's file (a loop with --dir
+    runs/x once evaluated engines that had found no model and played first legal moves), and an error our
+    engine reports at isready (it answers readyok anyway, for GUIs) is a failure to start, not a match."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(tiny_model, "net.pt")
+    engine = str(REPO / "bin" / "usi_engine")
+    with started(
+        [EngineSpec(engine, {"DNN_Model": "net.pt", "CPU_Int8": "false", "USI_OwnBook": "false"})], 120
+    ) as (usi,):
+        usi.usinewgame()
+        usi.position()
+        usi.go(nodes=16)
+        assert usi.last_nodes is not None and usi.last_nodes >= 16  # it searched, with the network
+    for options, message in (
+        ({"DNN_Model": "missing.pt"}, "missing.pt: model not found"),
+        ({"Thread": "1"}, "unknown option 'Thread'"),
+    ):
+        with pytest.raises(UserError, match=message), started([EngineSpec(engine, options)], 120):
+            pass
