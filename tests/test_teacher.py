@@ -23,6 +23,7 @@ from engine.records.hcpe3_games import iter_hcpe3_games  # noqa: E402
 from train.teachers.distill import DistillConfig, compact_targets, run_distill  # noqa: E402
 from train.teachers.distill_openings import GameOpenings, OpeningPlan  # noqa: E402
 from train.teachers.miniosl_teacher import MinioslTeacher, miniosl_labels  # noqa: E402
+from train.teachers.relabel import RelabelConfig, run_relabel  # noqa: E402
 from train.teachers.teacher import GamePosition  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -167,6 +168,14 @@ def test_a_stopped_run_continues_to_the_same_file(tmp_path):
     assert 1 <= len(list(iter_hcpe3_games(resumed))) < 4
     run_distill(teacher, config)
     assert resumed.read_bytes() == whole.read_bytes()
+
+
+def test_relabelling_the_teachers_own_games_gives_them_back(tmp_path):
+    games, out = tmp_path / "games.hcpe3", tmp_path / "relabelled.hcpe3"
+    run_distill(TEACHER, DistillConfig(games, games=2, seed=3, max_moves=20, progress=False))
+    stats = run_relabel(TEACHER, RelabelConfig([games], out, progress=False))
+    assert stats.games == 2 and stats.positions == 2 * 20
+    assert out.read_bytes() == games.read_bytes()  # miniosl's answers depend on the history it is given
 
 
 def test_a_bad_teacher_file_is_one_error_line(tmp_path):

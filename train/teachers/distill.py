@@ -67,7 +67,8 @@ class DistillConfig:
 
     def validate(self) -> None:
         """A UserError for settings no run can use, or chunks made with other settings; creates nothing."""
-        counts = [("--max-moves", self.max_moves), ("--top-k", self.top_k)]
+        check_targets(self.top_mass, self.top_k)
+        counts = [("--max-moves", self.max_moves)]
         if self.chunks is None:
             counts.append(("--games", self.games))
         else:
@@ -79,8 +80,6 @@ class DistillConfig:
             raise UserError(f"--first-chunk must be >= 0, got {self.chunks.first}")
         if not self.temperature > 0:
             raise UserError(f"--temperature must be > 0, got {self.temperature}")
-        if not 0 < self.top_mass <= 1:
-            raise UserError(f"--top-mass must be in (0, 1], got {self.top_mass}")
         self.openings.validate()
         if self.max_moves <= self.openings.longest:
             raise UserError(f"--max-moves must exceed the openings' {self.openings.longest} plies")
@@ -140,6 +139,28 @@ class DistillStats:
             f"{self.bytes / max(self.positions, 1):.1f} bytes/position"
         )
 
+    def add(self, record: GameRecord, seen: set[bytes]) -> None:
+        """Count a written game (`seen`: the positions written so far, for the repeats)."""
+        self.games += 1
+        self.positions += len(record)
+        self.repeats += repeats(record.hcps, seen)
+
+    def postfix(self, since: float) -> dict[str, Any]:
+        """The progress bar's figures, for a run started at `since` (time.monotonic)."""
+        return {
+            "positions": self.positions,
+            "pos_per_s": f"{self.positions / max(time.monotonic() - since, 1e-9):.0f}",
+            "repeats": f"{self.repeats / max(self.positions, 1):.1%}",
+        }
+
+
+def check_targets(top_mass: float, top_k: int) -> None:
+    """A UserError for candidate settings no run can use."""
+    if top_k < 1:
+        raise UserError(f"--top-k must be >= 1, got {top_k}")
+    if not 0 < top_mass <= 1:
+        raise UserError(f"--top-mass must be in (0, 1], got {top_mass}")
+
 
 def compact_targets(
     policy: np.ndarray, played: int, top_mass: float, top_k: int
@@ -185,7 +206,7 @@ def existing_games(path: Path) -> int:
     return sum(1 for _ in iter_hcpe3_games(path)) if path.exists() and path.stat().st_size else 0
 
 
-def _size(path: Path) -> int:
+def file_size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
@@ -204,7 +225,7 @@ def run_distill(
         write_chunk_settings(config.out, config.settings())
     writers = [Hcpe3Writer(p.path) for p in parts]  # cuts off a partial last game, before the bar
     firsts = [p.first for p in parts]
-    size_before = sum(_size(p.path) for p in parts)
+    size_before = sum(file_size(p.path) for p in parts)
     stats, start = DistillStats(), time.monotonic()
     seen: set[bytes] = set()
     total = sum(p.games for p in parts)
@@ -249,21 +270,15 @@ def run_distill(
                     if index == parts[k].first + parts[k].games - 1:
                         writers[k].close()
                     written += 1
-                    stats.games += 1
-                    stats.positions += len(record)
-                    stats.repeats += repeats(record.hcps, seen)
+                    stats.add(record, seen)
                     bar.update(1)
-                    bar.set_postfix(
-                        positions=stats.positions,
-                        pos_per_s=f"{stats.positions / (time.monotonic() - start):.0f}",
-                        repeats=f"{stats.repeats / stats.positions:.1%}",
-                    )
+                    bar.set_postfix(stats.postfix(start))
                     if on_game is not None:
                         on_game(total - len(pending) + written)
         finally:
             for w in writers:
                 w.close()
-    stats.bytes = sum(_size(p.path) for p in parts) - size_before
+    stats.bytes = sum(file_size(p.path) for p in parts) - size_before
     stats.seconds = time.monotonic() - start
     stats.interrupted = written < len(pending)
     return stats
