@@ -115,10 +115,12 @@ def test_an_illegal_move_in_a_source_names_the_file_the_game_and_the_move(source
     writer.write(next(iter_hcpe3_games(source)))
     writer.write(Hcpe3Game(game.hcp, game.result, game.opponent, moves, game.candidates))
     writer.close()
-    out = tmp_path / "out.hcpe3"
-    with pytest.raises(UserError, match=rf"^{bad}: game 2, move 4: 0x[0-9a-f]{{4}} is not a legal move in "):
-        run_relabel(TEACHER, relabel([bad], out))
-    assert len(list(iter_hcpe3_games(out))) == 1  # the whole game before it is kept
+    for batch in (4, 256):  # the bad game in a batch of its own, or in one with the game before it
+        out = tmp_path / f"out{batch}.hcpe3"
+        teacher = NetworkTeacher(TorchEvaluator(build(preset("tiny"), seed=4), max_batch=batch))
+        with pytest.raises(UserError, match=rf"^{bad}: game 2, move 4: 0x[0-9a-f]{{4}} is not a legal move "):
+            run_relabel(teacher, relabel([bad], out))
+        assert len(list(iter_hcpe3_games(out))) == 1  # the whole game before it is written
     assert not np.array_equal(moves, game.moves)
 
 

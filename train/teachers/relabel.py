@@ -150,14 +150,14 @@ def run_relabel(
     ):
         try:
             while not stop.is_set():
-                group = _group(games, teacher.max_batch)
-                if not group:
-                    break
+                group, error = _group(games, teacher.max_batch)
                 judgements = judge_all(teacher, [p for g in group for p in g.positions])
+                offset = 0
                 for game in group:
                     if stop.is_set():
                         break
-                    mine, judgements = judgements[: len(game.positions)], judgements[len(game.positions) :]
+                    mine = judgements[offset : offset + len(game.positions)]
+                    offset += len(game.positions)
                     record = relabelled(game, mine, config.top_mass, config.top_k)
                     writer.write(to_hcpe3(record))
                     stats.add(record, seen)
@@ -165,6 +165,10 @@ def run_relabel(
                     bar.set_postfix(stats.postfix(start))
                     if on_game is not None:
                         on_game(done + stats.games)
+                if error is not None and not stop.is_set():
+                    raise error  # after the whole games before it
+                if not group:
+                    break
         finally:
             writer.close()
     stats.bytes = file_size(config.out) - size_before
@@ -173,12 +177,16 @@ def run_relabel(
     return stats
 
 
-def _group(games: Iterator[_Game], positions: int) -> list[_Game]:
-    """The next games of `games` holding at least `positions` positions in all (fewer at the end)."""
+def _group(games: Iterator[_Game], positions: int) -> tuple[list[_Game], UserError | None]:
+    """The next games of `games` holding at least `positions` positions in all (fewer at the end), and
+    the error that cut the group short (an illegal move in the next game), if one did."""
     group: list[_Game] = []
-    while sum(len(g.positions) for g in group) < positions:
-        game = next(games, None)
-        if game is None:
-            break
-        group.append(game)
-    return group
+    try:
+        while sum(len(g.positions) for g in group) < positions:
+            game = next(games, None)
+            if game is None:
+                break
+            group.append(game)
+    except UserError as e:
+        return group, e
+    return group, None
