@@ -25,19 +25,21 @@ from engine.backends.trt_evaluator import check_engine_sidecar
 from engine.errors import UserError
 
 HAVE_TRT = importlib.util.find_spec("tensorrt") is not None
-KEY = engine_cache_key("ab" * 32, "NVIDIA H100 80GB HBM3", "10.3.0", 256, "fp16")
+KEY = engine_cache_key("ab" * 32, "NVIDIA H100 80GB HBM3", "10.3.0", 256, "fp16", "fp16-flag")
 
 
 def test_key_holds_every_field():
     assert tuple(KEY) == KEY_FIELDS
     with pytest.raises(UserError, match="unknown precision"):
-        engine_cache_key("00", "gpu", "10", 8, "int8")
+        engine_cache_key("00", "gpu", "10", 8, "int8", "fp32")
+    with pytest.raises(UserError, match="unknown TensorRT build"):
+        engine_cache_key("00", "gpu", "10", 8, "fp16", "fp16-magic")
 
 
 @pytest.mark.parametrize(
     "field,value",
     [("model_sha256", "cd" * 32), ("gpu", "NVIDIA H200"), ("tensorrt", "11.0.0"), ("max_batch", 128),
-     ("precision", "fp32")],
+     ("precision", "fp32"), ("build", "fp16-typed")],
 )  # fmt: skip
 def test_every_field_changes_the_name(field, value):
     other = {**KEY, field: value}
@@ -47,9 +49,9 @@ def test_every_field_changes_the_name(field, value):
 
 def test_file_name_is_filesystem_safe():
     name = engine_file_name(
-        engine_cache_key("ab" * 32, "NVIDIA GeForce RTX 4090 / (rev a)", "10.3.0", 64, "fp16")
+        engine_cache_key("ab" * 32, "NVIDIA GeForce RTX 4090 / (rev a)", "10.3.0", 64, "fp16", "fp16-typed")
     )
-    assert "/" not in name and " " not in name and name.endswith("-b64-fp16.engine")
+    assert "/" not in name and " " not in name and name.endswith("-b64-fp16-typed.engine")
 
 
 def test_find_engine_trusts_only_a_matching_sidecar(tmp_path):
@@ -109,13 +111,12 @@ needs_trt = pytest.mark.skipif(
 def test_trt_engine_agrees_with_torch(tmp_path, positions):
     from engine.backends.onnx_model import write_onnx
     from engine.backends.torch_evaluator import TorchEvaluator
-    from engine.backends.trt_build import build_cached_engine, has_fp16_flag, import_tensorrt
+    from engine.backends.trt_build import build_cached_engine
     from engine.backends.trt_evaluator import TrtEvaluator
     from tests.test_backends import assert_agree, trained_like
 
     net = trained_like("small")
-    typed16 = not has_fp16_flag(import_tensorrt())
-    onnx_path = write_onnx(net, tmp_path / "m.onnx", fp16=typed16)
+    onnx_path = write_onnx(net, tmp_path / "m.onnx")  # FP32: TensorRT 11 builds it through the conversion
     engine = build_cached_engine(onnx_path, tmp_path, max_batch=64, opt_batch=32)
     assert build_cached_engine(onnx_path, tmp_path, max_batch=64, opt_batch=32) == engine  # cached
     with TorchEvaluator(net, max_batch=64) as ref:

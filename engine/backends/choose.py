@@ -7,6 +7,7 @@ else CUDA torch, else the faster CPU runtime as measured by bench/inference.py.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections.abc import Callable
@@ -25,7 +26,7 @@ DEFAULT_MODEL = MODELS_DIR / "default.pt"
 BACKENDS = ("auto", "torch", "onnx", "trt")
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 # bench/inference.py on 2 CPU cores: onnxruntime beats torch on CPU at every batch size for the
-# tiny/small/resnet10 presets (see the issue #4 note), so auto uses it for checkpoints on CPU.
+# tiny/small/resnet10 presets (models/README.md), so auto uses it for checkpoints on CPU.
 CPU_PREFERS = "onnx"
 
 
@@ -80,6 +81,7 @@ class Platform:
     tensorrt: bool
     ort_providers: tuple[str, ...]
     cpu_prefers: str = CPU_PREFERS
+    gpus: int | None = None  # CUDA devices of this host (None: not counted)
 
 
 def _cuda_driver_present() -> bool:
@@ -104,13 +106,32 @@ def probe_platform(device: str | None = None) -> Platform:
 
     cuda = not (device or "").startswith("cpu") and _cuda_driver_present() and _torch_sees_cuda()
     tensorrt = cuda and importlib.util.find_spec("tensorrt") is not None
-    return Platform(cuda=cuda, tensorrt=tensorrt, ort_providers=tuple(available_providers()))
+    gpus = _torch_gpu_count() if cuda else 0
+    return Platform(cuda=cuda, tensorrt=tensorrt, ort_providers=tuple(available_providers()), gpus=gpus)
 
 
 def _torch_sees_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def _torch_gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def device_index(device: str | None, platform: Platform) -> int:
+    """The CUDA device number of 'cuda'/'cuda:N' (0 otherwise); a number beyond the host's GPUs is one
+    line, not a CUDA error from deep inside a runtime."""
+    if not device or not device.startswith("cuda"):
+        return 0
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if platform.gpus is not None and index >= platform.gpus:
+        have = f"cuda:0..cuda:{platform.gpus - 1}" if platform.gpus else "none"
+        raise UserError(f"device {device} requested but this host has {platform.gpus} CUDA GPU(s) ({have})")
+    return index
 
 
 @dataclass(frozen=True)
@@ -192,6 +213,7 @@ def create_evaluator(
     platform = platform or probe_platform(device)
     if device and device.startswith("cuda") and not platform.cuda:
         raise UserError(f"device {device} requested but no CUDA GPU is available")
+    device_index(device, platform)
     choice = choose_backend(backend, model_kind(path), platform)
     source = (
         f"model {path}"
@@ -199,11 +221,39 @@ def create_evaluator(
         else "no model given and none shipped: random-init 'small' (seed 0)"
     )
     cache = Path(engine_dir) if engine_dir is not None else None
-    ev = _build(
-        choice, path, max_batch, device, threads, fp16, cuda_graphs, cache, log, activation, int8, stage
-    )
+
+    def build(choice: Choice) -> Evaluator:
+        return _build(
+            choice, path, max_batch, device, threads, fp16, cuda_graphs, cache, log, activation, int8, stage,
+            platform,
+        )  # fmt: skip
+
+    ev, choice = _with_fallback(choice, build, model_kind(path), backend == "auto", platform)
     log(f"info string backend {ev.name}: {choice.why}; {source}")
     return ev
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
+def _with_fallback(
+    choice: Choice, build: Callable[[Choice], Evaluator], kind: str, auto: bool, platform: Platform
+) -> tuple[Evaluator, Choice]:
+    """Build `choice`; when `auto` chose a GPU runtime that fails to start (a broken TensorRT or CUDA
+    install, too old a driver), auto's choice without it (TensorRT -> CUDA without TensorRT -> the CPU),
+    the reason in its `why`. A runtime asked for by name, or an engine file, fails with its own error."""
+    while True:
+        try:
+            return build(choice), choice
+        except Exception as e:
+            if not auto or kind == "engine" or choice.device != "cuda":
+                raise
+            failed = "TensorRT" if choice.backend == "trt" else f"{choice.backend} on CUDA"
+            platform = dataclasses.replace(platform, tensorrt=False, cuda=choice.backend == "trt")
+            following = choose_backend("auto", kind, platform)
+            why = f"{following.why}, after {failed} failed ({_first_line(e)})"
+            choice = dataclasses.replace(following, why=why)
 
 
 def _int8(
@@ -225,8 +275,7 @@ def _int8(
     try:
         return cached_int8(onnx_path, cache, fp32, stage)
     except Exception as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        log(f"info string int8: cannot quantize {onnx_path.name} ({first}); running it unquantized")
+        log(f"info string int8: cannot quantize {onnx_path.name} ({_first_line(e)}); running it unquantized")
         return onnx_path
 
 
@@ -265,6 +314,7 @@ def _build(
     activation: str | None,
     int8: bool,
     stage: Callable[[str, str], None],
+    platform: Platform,
 ) -> Evaluator:
     kind = model_kind(path)
     if int8 and (choice.backend, choice.device) != ("onnx", "cpu"):
@@ -291,7 +341,7 @@ def _build(
     from engine.backends.trt_build import build_cached_engine, has_fp16_flag, import_tensorrt
     from engine.backends.trt_evaluator import TrtEvaluator
 
-    dev_index = int(device.split(":")[1]) if device and ":" in device else 0
+    dev_index = device_index(device, platform)
     if kind == "engine":
         return TrtEvaluator(path, max_batch, dev_index)
     cache = cache or default_cache_dir()

@@ -1,10 +1,14 @@
 """TensorRT evaluator (TensorRT 10/11 Python API): a serialized engine, its own CUDA stream, pinned host
-buffers, dynamic batch inside the engine's optimization profile. Device memory through pycuda, or
-torch CUDA tensors where pycuda is missing. tensorrt is imported only when this backend is used."""
+buffers, dynamic batch inside the engine's optimization profile, all on the device it serves (made
+current around every call). Device memory and streams through torch's CUDA tensors, which every GPU
+install of the project has (no compiler, no CUDA headers: the `gpu` extra needs nothing more), or
+through pycuda where the optional `pycuda` extra is installed. tensorrt is imported only when this
+backend is used."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +18,7 @@ from engine.backends.evaluator import Evaluator
 from engine.backends.io_spec import INPUT_NAMES, OUTPUT_NAMES, TensorSpec, check_convention
 from engine.backends.trt_build import (
     KEY_FIELDS,
+    create,
     gpu_identity,
     import_tensorrt,
     read_sidecar,
@@ -73,12 +78,14 @@ class _TorchIO:
 
         self.torch = torch
         self.dev = torch.device("cuda", device)
+        self._current = torch.cuda.device(self.dev)
 
     def __enter__(self) -> _TorchIO:
+        self._current.__enter__()  # the engine, its context and its stream live on this device
         return self
 
     def __exit__(self, *exc: object) -> None:
-        pass
+        self._current.__exit__(*exc)
 
     def stream(self) -> Any:
         return self.torch.cuda.Stream(self.dev)
@@ -108,7 +115,7 @@ class _TorchIO:
         stream.synchronize()
 
 
-def _cuda_io(device: int) -> _PycudaIO | _TorchIO:
+def cuda_io(device: int) -> _PycudaIO | _TorchIO:
     try:
         return _PycudaIO(device)
     except ImportError:
@@ -140,16 +147,23 @@ def check_engine_sidecar(path: Path, gpu: str, tensorrt: str) -> str:
 
 
 class TrtEvaluator(Evaluator):
-    def __init__(self, path: str | os.PathLike, max_batch: int = 256, device: int = 0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        max_batch: int = 256,
+        device: int = 0,
+        io: Callable[[int], Any] = cuda_io,
+    ) -> None:
+        """`io(device)`: device buffers, copies and streams (cuda_io; tests give a host-memory one)."""
         trt = import_tensorrt()
         self.path = Path(path)
         if not self.path.is_file():
             raise UserError(f"{self.path}: TensorRT engine not found")
         self.note = check_engine_sidecar(self.path, gpu_identity(device), trt.__version__)
-        self._io = _cuda_io(device)
+        self._io = io(device)
         with self._io:
             self._logger = trt.Logger(trt.Logger.WARNING)
-            self._runtime = trt.Runtime(self._logger)
+            self._runtime = create(trt, "Runtime", self._logger)
             self.engine = self._runtime.deserialize_cuda_engine(self.path.read_bytes())
             if self.engine is None:
                 raise UserError(
@@ -181,7 +195,8 @@ class TrtEvaluator(Evaluator):
                     self._staging[s.name] = self._io.host(shape, s.dtype)
                 self.context.set_tensor_address(s.name, self._io.address(self._device[s.name]))
         fp16 = self._dtypes["input1"] == np.float16
-        self.name = "tensorrt" + ("-fp16io" if fp16 else "")
+        build = (read_sidecar(self.path) or {}).get("build")
+        self.name = "tensorrt" + (f"-{build}" if build else "") + ("-fp16io" if fp16 else "")
 
     def _alloc_host(self, shape1: tuple[int, ...], shape2: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         return self._io.host(shape1, np.float32), self._io.host(shape2, np.float32)
