@@ -24,7 +24,8 @@ from tqdm import tqdm  # noqa: E402
 from engine.errors import UserError, cli_main  # noqa: E402
 from engine.records.hcpe3_games import iter_hcpe3_games  # noqa: E402
 from train.data.convert import expand_inputs  # noqa: E402
-from train.teachers.teacher import MINIOSL, GamePosition, Teacher, open_teacher  # noqa: E402
+from train.teachers.choose import open_teacher  # noqa: E402
+from train.teachers.teacher import MINIOSL, GamePosition, Teacher  # noqa: E402
 
 
 def game_positions(paths: list[Path]) -> Iterator[tuple[GamePosition, GamePosition]]:

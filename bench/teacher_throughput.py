@@ -20,7 +20,8 @@ import cshogi  # noqa: E402
 
 from engine.core.position import random_positions  # noqa: E402
 from engine.errors import UserError, cli_main  # noqa: E402
-from train.teachers.teacher import MINIOSL, GamePosition, Teacher, open_teacher  # noqa: E402
+from train.teachers.choose import open_teacher  # noqa: E402
+from train.teachers.teacher import MINIOSL, GamePosition, Teacher  # noqa: E402
 
 
 def positions_per_second(teacher: Teacher, positions: list[GamePosition], batch: int) -> float:

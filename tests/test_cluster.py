@@ -167,7 +167,7 @@ def test_bad_addresses_and_a_gpu_less_cluster_are_one_line_errors(cluster, model
 
 def test_the_loop_on_the_cluster_trains_while_the_actors_play(cluster, tmp_path):
     from train.loop.config import LoopConfig, RunPaths
-    from train.loop.run import run_loop
+    from train.loop.main import run_loop
 
     lines: list[str] = []
     cfg = LoopConfig(
@@ -253,7 +253,7 @@ def test_the_loop_with_a_model_age_window_resumes_after_sigterm(cluster, tmp_pat
     rerun: every folder holds exactly its games, each once and kept across the stop, all played by the
     model one generation old; training read only those; the evaluation's games were Ray tasks."""
     from train.loop.config import LoopConfig, LoopState, RunPaths
-    from train.loop.run import run_loop
+    from train.loop.main import run_loop
 
     run = tmp_path / "run"
     settings = dict(

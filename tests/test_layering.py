@@ -1,5 +1,6 @@
-"""The layout's rules, read from the source: imports point only down the layers, every module opens with a
-docstring saying what it is, and no source file grows past 500 lines (ARCHITECTURE.md explains the layers)."""
+"""The layout's rules, read from the source: imports point only down the layers, no modules import each
+other round a circle (lazy imports inside functions count), every module opens with a docstring saying what
+it is, and no source file grows past 500 lines (ARCHITECTURE.md explains the layers)."""
 
 from __future__ import annotations
 
@@ -35,12 +36,12 @@ ALLOWED_PEERS = {
 }
 
 
-def module_files() -> dict[str, Path]:
-    """Dotted name -> file, for every module of the three packages."""
+def module_files(root: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+    """Dotted name -> file, for every module of the packages under `root`."""
     files = {}
-    for package in PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
-            parts = path.relative_to(REPO).with_suffix("").parts
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
             files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return files
 
@@ -60,10 +61,11 @@ def group(module: str) -> str | None:
     return None
 
 
-def imported(module: str, path: Path) -> list[tuple[int, str]]:
-    """(line, module) for each import of our packages, at any depth (lazy imports count too).
+def imported(module: str, path: Path, modules: dict[str, Path] = MODULES) -> list[tuple[int, str]]:
+    """(line, module) for each import of the packages of `modules`, at any depth (lazy imports count too).
     `from engine.records import formats` names the submodule engine.records.formats."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    packages = {name.split(".")[0] for name in modules}
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -75,8 +77,8 @@ def imported(module: str, path: Path) -> list[tuple[int, str]]:
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
-                found.append((node.lineno, sub if sub in MODULES else base))
-    return sorted({(line, name) for line, name in found if name.split(".")[0] in PACKAGES})
+                found.append((node.lineno, sub if sub in modules else base))
+    return sorted({(line, name) for line, name in found if name.split(".")[0] in packages})
 
 
 def allowed(source: str, target: str) -> bool:
@@ -84,6 +86,65 @@ def allowed(source: str, target: str) -> bool:
     if here == there or LAYERS[there] < LAYERS[here]:
         return True
     return any(here == a and (target == b or target.startswith(b + ".")) for a, b in ALLOWED_PEERS)
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, dict[str, int]]:
+    """module -> {module it imports: the line of the first such import}, between the given modules."""
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in modules.items():
+        edges = graph.setdefault(module, {})
+        for line, target in imported(module, path, modules):
+            if target in modules and target != module:
+                edges.setdefault(target, line)
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The modules of each import circle (a strongly connected set of two or more), found by Tarjan's
+    algorithm; each list sorted, the lists in order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            circle = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                circle.append(w)
+                if w == v:
+                    break
+            if len(circle) > 1:
+                found.append(sorted(circle))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def describe_cycle(
+    circle: list[str], graph: dict[str, dict[str, int]], modules: dict[str, Path], root: Path = REPO
+) -> str:
+    """One line per import that stays inside the circle: `FILE:LINE: A imports B`."""
+    return "\n".join(
+        f"  {modules[a].relative_to(root)}:{graph[a][b]}: {a} imports {b}"
+        for a in circle
+        for b in sorted(graph[a])
+        if b in circle
+    )
 
 
 def test_every_module_has_a_layer():
@@ -106,6 +167,41 @@ def test_no_module_imports_a_higher_layer():
                     f"{target} (layer {LAYERS[there]})"
                 )
     assert wrong == [], "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    """Imports between our modules run one way: a circle means two modules are one concept split badly
+    (or a choice made at the wrong level). Put what both need below them, or the choice above them."""
+    graph = import_graph(MODULES)
+    circles = import_cycles(graph)
+    report = "\n".join(f"import circle {c}:\n{describe_cycle(c, graph, MODULES)}" for c in circles)
+    assert circles == [], report
+
+
+def test_a_planted_cycle_is_found(tmp_path):
+    """The check above fails on a circle closed by a lazy import inside a function, and names its lines."""
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    sources = {
+        "__init__.py": '"""A package."""\n',
+        "sub/__init__.py": '"""A subpackage."""\n',
+        "interface.py": '"""The interface."""\n\n\ndef make():\n    from pkg.sub import impl\n',
+        "sub/impl.py": '"""An implementation."""\n\nfrom pkg.interface import make\n',
+        "user.py": '"""A user of both."""\n\nfrom pkg import interface\nfrom pkg.sub import impl\n',
+    }
+    for name, source in sources.items():
+        (package / name).write_text(source)
+    modules = module_files(tmp_path, ("pkg",))
+    graph = import_graph(modules)
+    assert graph["pkg.user"] == {"pkg.interface": 3, "pkg.sub.impl": 4}
+    circles = import_cycles(graph)
+    assert circles == [["pkg.interface", "pkg.sub.impl"]]
+    assert describe_cycle(circles[0], graph, modules, tmp_path).splitlines() == [
+        "  pkg/interface.py:5: pkg.interface imports pkg.sub.impl",
+        "  pkg/sub/impl.py:3: pkg.sub.impl imports pkg.interface",
+    ]
+    (package / "interface.py").write_text('"""The interface, importing nothing."""\n')
+    assert import_cycles(import_graph(module_files(tmp_path, ("pkg",)))) == []
 
 
 def test_every_module_opens_with_a_docstring():

@@ -11,7 +11,8 @@ import pytest
 
 from engine.errors import UserError
 from train.loop.config import LoopConfig, LoopState, RunPaths, at_generation, parse_schedule
-from train.loop.run import init_generation0, run_loop
+from train.loop.main import run_loop
+from train.loop.run import init_generation0
 from train.loop.steps import Interrupted, count_games, opponents, step_selfplay, window_files
 
 REPO = Path(__file__).resolve().parent.parent

@@ -32,13 +32,14 @@ def _latest_model(state: LoopState, generations: int) -> int:
 
 
 def _next_id(paths: RunPaths, generations: int) -> int:
-    """Game ids run on across generations and sessions: one past the largest written."""
+    """Game ids run on across generations and reruns: one past the largest written."""
     ids = [r["id"] for g in range(1, generations + 1) for r in read_done(paths.selfplay(g)).rows]
     return max(ids, default=-1) + 1
 
 
 class ClusterLoop:
-    """One session of the loop on a cluster: its actors, the id count and the folders being filled."""
+    """One run of the loop on a cluster (until it ends or stops): its actors, the id count and the folders
+    being filled."""
 
     def __init__(
         self, cfg: LoopConfig, paths: RunPaths, state: LoopState, log: Callable[[str], None]
@@ -48,7 +49,7 @@ class ClusterLoop:
         self.pool = ClusterSelfPlay(template, cfg.ray, prog="loop", unit_games=self._unit(template))
         self.source = IdSource(start=_next_id(paths, cfg.generations))
         self.model = -1
-        self.writers: dict[int, RunWriter] = {}  # one file per folder and session, open until the end
+        self.writers: dict[int, RunWriter] = {}  # one file per folder and run, open until the end
         self.share: float | None = None  # utilisation once the last folder was full (then no work is left)
 
     @staticmethod
@@ -71,7 +72,7 @@ class ClusterLoop:
                 continue
             folder = self.paths.selfplay(k)
             writer = self.writers.setdefault(k, RunWriter(folder, by_model=bool(self.cfg.max_model_age)))
-            had = read_done(folder).games - writer.games  # this session's file counts through its writer
+            had = read_done(folder).games - writer.games  # this run's file counts through its writer
             out.append(Target(folder, at_generation(games, k), had, writer, self._young(k)))
         return out
 
@@ -130,7 +131,7 @@ class ClusterLoop:
 def run_cluster_loop(
     cfg: LoopConfig, log: Callable[[str], None], on_step: Callable[[int, str], None] | None = None
 ) -> list[dict[str, Any]]:
-    """`run_loop` with self-play on the Ray cluster at `cfg.ray`."""
+    """The loop with self-play on the Ray cluster at `cfg.ray` (`train.loop.main.run_loop` picks it)."""
     from engine.selfplay.processes import stop_on_signals
 
     cfg, paths, state = open_run(cfg, log)
@@ -167,7 +168,7 @@ def run_cluster_loop(
         share = loop.utilisation()
     finally:
         loop.close()
-    log(f"self-play utilisation over the session: {100 * share:.0f}% (the actors' share of wall time)")
+    log(f"self-play utilisation over the run: {100 * share:.0f}% (the actors' share of wall time)")
     return all_rows(paths)
 
 

@@ -12,7 +12,8 @@ Layout of a run folder:
     genNNNN/eval/<opponent>/    one CSA file per evaluation game
 
 An interrupted step resumes from what it left: self-play counts the whole games already in its folder
-and plays only the rest; training continues its checkpoint; evaluation keeps finished matches.
+and plays only the rest; training continues its checkpoint; evaluation keeps finished matches. The run
+folder's helpers here serve the cluster's loop too (train/loop/cluster.py); train/loop/main.py picks one.
 """
 
 from __future__ import annotations
@@ -21,12 +22,10 @@ import dataclasses
 import json
 import math
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.console import say
 from engine.core.network import build, load_model, preset, save_checkpoint
 from engine.fileio import removed_if_refused
 from train.loop.config import LoopConfig, LoopState, RunPaths
@@ -137,19 +136,11 @@ def all_rows(paths: RunPaths) -> list[dict[str, Any]]:
     return sorted(read_jsonl(paths.jsonl), key=_generation)
 
 
-def run_loop(
-    cfg: LoopConfig,
-    log: Callable[[str], None] | None = None,
-    on_step: Callable[[int, str], None] | None = None,
+def run_local_loop(
+    cfg: LoopConfig, log: Callable[[str], None], on_step: Callable[[int, str], None] | None = None
 ) -> list[dict[str, Any]]:
-    """Run (or continue) generations 1..cfg.generations; returns all generations.jsonl rows.
-    `on_step(g, step)` is called after each finished step (progress reporting; tests interrupt here).
-    With `cfg.ray`, the generations run on a Ray cluster (`train.loop.cluster`)."""
-    log = log or (lambda msg: say(msg, sys.stdout))
-    if cfg.ray:
-        from train.loop.cluster import run_cluster_loop
-
-        return run_cluster_loop(cfg, log, on_step)
+    """Every step of generations 1..cfg.generations on this machine (`train.loop.main.run_loop` picks
+    this or the cluster's loop); returns all generations.jsonl rows."""
     cfg, paths, state = open_run(cfg, log)
     for g in range(1, cfg.generations + 1):
         for step in STEPS:

@@ -3,12 +3,12 @@ probabilities over the legal moves and its win probability for the side to move 
 
 Every teacher sits behind it, so the game loop, the hcpe3 writer and resuming (train/teachers/distill.py),
 the USI player (train/teachers/teacher_usi.py) and the benchmark are shared: one of our networks
-(network_teacher) or miniosl's pretrained network (miniosl_teacher, the optional extra `teacher`).
+(network_teacher) or miniosl's pretrained network (miniosl_teacher, the optional extra `teacher`), opened
+by train/teachers/choose.py. This module imports neither.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -16,10 +16,7 @@ from typing import Protocol
 import cshogi
 import numpy as np
 
-from engine.errors import UserError
-
 MINIOSL = "miniosl"  # --teacher miniosl[:PATH.onnx]
-INSTALL_HINT = "pip install -e '.[teacher]'"
 
 
 @dataclass(frozen=True)
@@ -67,21 +64,3 @@ def miniosl_path(spec: str | None) -> str | None:
     if spec is None or (spec != MINIOSL and not spec.startswith(MINIOSL + ":")):
         return None
     return spec[len(MINIOSL) + 1 :]
-
-
-def open_teacher(
-    spec: str | None, *, backend: str = "auto", max_batch: int = 256, threads: int | None = None
-) -> Teacher:
-    """The teacher `spec` names: `miniosl[:PATH.onnx]`, else a model file of ours (None: the shipped one).
-    `threads`: the runtime's CPU threads (None: its own choice)."""
-    path = miniosl_path(spec)
-    if path is None:
-        from engine.backends.choose import create_evaluator
-        from train.teachers.network_teacher import NetworkTeacher
-
-        return NetworkTeacher(create_evaluator(spec, backend=backend, max_batch=max_batch, threads=threads))
-    if importlib.util.find_spec("miniosl") is None:
-        raise UserError(f"--teacher {MINIOSL} needs the optional extra 'teacher': {INSTALL_HINT}")
-    from train.teachers.miniosl_teacher import MinioslTeacher
-
-    return MinioslTeacher(path or None, max_batch=max_batch, threads=threads or 0)

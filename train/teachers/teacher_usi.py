@@ -19,7 +19,8 @@ import numpy as np
 from engine.core.position import board_after, parse_position
 from engine.errors import UserError, cli_main
 from engine.match.greedy_usi import GreedyPlayer, serve_stdio
-from train.teachers.teacher import MINIOSL, GamePosition, Teacher, open_teacher
+from train.teachers.choose import open_teacher
+from train.teachers.teacher import MINIOSL, GamePosition, Teacher
 
 
 def greedy_move(teacher: Teacher, position: GamePosition) -> str:
