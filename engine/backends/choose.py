@@ -243,6 +243,7 @@ def _with_fallback(
     """Build `choice`; when `auto` chose a GPU runtime that fails to start (a broken TensorRT or CUDA
     install, too old a driver), auto's choice without it (TensorRT -> CUDA without TensorRT -> the CPU),
     the reason in its `why`. A runtime asked for by name, or an engine file, fails with its own error."""
+    failures: list[str] = []
     while True:
         try:
             return build(choice), choice
@@ -250,10 +251,10 @@ def _with_fallback(
             if not auto or kind == "engine" or choice.device != "cuda":
                 raise
             failed = "TensorRT" if choice.backend == "trt" else f"{choice.backend} on CUDA"
+            failures.append(f"{failed} failed ({_first_line(e)})")
             platform = dataclasses.replace(platform, tensorrt=False, cuda=choice.backend == "trt")
             following = choose_backend("auto", kind, platform)
-            why = f"{following.why}, after {failed} failed ({_first_line(e)})"
-            choice = dataclasses.replace(following, why=why)
+            choice = dataclasses.replace(following, why=f"{following.why}, after {'; '.join(failures)}")
 
 
 def _int8(

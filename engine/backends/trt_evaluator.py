@@ -152,7 +152,7 @@ class TrtEvaluator(Evaluator):
         path: str | os.PathLike,
         max_batch: int = 256,
         device: int = 0,
-        io: Callable[[int], Any] = cuda_io,
+        io: Callable[[int], Any] | None = None,
     ) -> None:
         """`io(device)`: device buffers, copies and streams (cuda_io; tests give a host-memory one)."""
         trt = import_tensorrt()
@@ -160,7 +160,7 @@ class TrtEvaluator(Evaluator):
         if not self.path.is_file():
             raise UserError(f"{self.path}: TensorRT engine not found")
         self.note = check_engine_sidecar(self.path, gpu_identity(device), trt.__version__)
-        self._io = io(device)
+        self._io = (io or cuda_io)(device)
         with self._io:
             self._logger = trt.Logger(trt.Logger.WARNING)
             self._runtime = create(trt, "Runtime", self._logger)
