@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """ONNX -> TensorRT engine (FP16 by default), cached by model sha256 + GPU + TensorRT version + max
-batch + precision with a JSON sidecar; an existing engine whose sidecar does not match is rebuilt.
+batch + precision + build with a JSON sidecar; an existing engine whose sidecar does not match is rebuilt.
 
     python export/build_engine.py model.onnx --max-batch 256 --opt-batch 128
-    python export/build_engine.py model-fp16.onnx   # TensorRT 11 (no FP16 flag): FP16-typed ONNX
+    python export/build_engine.py dlshogi.onnx                 # a dlshogi model, FP16 on TensorRT 10 and 11
+    python export/build_engine.py model.onnx --precision fp32
     python export/build_engine.py model.onnx --device cuda:1   # built on (and for) the second GPU
 
-TensorRT 10 builds FP16 with BuilderFlag.FP16 from an FP32 ONNX; TensorRT 11 removed that flag and
-builds a strongly typed network, so give it the FP16-typed ONNX from `onnx_export.py --fp16`.
+FP16 on TensorRT 10: the builder's FP16 flag over the FP32 ONNX. TensorRT 11 has no such flag (its
+networks are strongly typed): an FP32 ONNX is converted once to an FP16-typed twin, inputs and outputs
+kept float32, checked against it on the CPU and cached beside the engine (docs/backends.md).
 """
 
 from __future__ import annotations

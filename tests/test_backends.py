@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from engine.backends import choose
 from engine.backends.choose import Platform, choose_backend, create_evaluator, model_kind
 from engine.backends.onnx_evaluator import OnnxEvaluator
 from engine.backends.onnx_model import cached_onnx, write_onnx
@@ -245,3 +247,34 @@ def test_torch_cuda_fp16_agrees_with_cpu(positions, graphs):
 def test_cuda_device_without_gpu_is_refused():
     with pytest.raises(UserError, match="no CUDA GPU"):
         create_evaluator(None, "torch", device="cuda", platform=CPU)
+
+
+def test_a_gpu_beyond_the_hosts_is_one_line():
+    two = dataclasses.replace(GPU, gpus=2)
+    assert choose.device_index("cuda:1", two) == 1 and choose.device_index("cuda", two) == 0
+    with pytest.raises(
+        UserError, match=r"^device cuda:2 requested but this host has 2 CUDA GPU\(s\) \(cuda:0..cuda:1\)$"
+    ):
+        create_evaluator(None, "torch", 8, device="cuda:2", platform=two)
+
+
+def test_auto_falls_back_down_the_chain_saying_why():
+    """Auto's GPU runtimes that fail to start give way, TensorRT -> torch CUDA -> the CPU, each failure
+    in the final choice's reason; a runtime asked for by name fails with its own error."""
+    tried = []
+
+    def build(choice):
+        tried.append((choice.backend, choice.device))
+        if choice.device == "cuda":
+            raise UserError(f"{choice.backend} cannot start\nsecond line")
+        return "cpu evaluator"
+
+    ev, choice = choose._with_fallback(choose.Choice("trt", "cuda"), build, "checkpoint", True, GPU_TRT)
+    assert ev == "cpu evaluator" and tried == [("trt", "cuda"), ("torch", "cuda"), ("onnx", "cpu")]
+    assert choice.why.endswith(
+        "after TensorRT failed (trt cannot start); torch on CUDA failed (torch cannot start)"
+    )
+    with pytest.raises(UserError, match="trt cannot start"):
+        choose._with_fallback(choose.Choice("trt", "cuda"), build, "checkpoint", False, GPU_TRT)
+    with pytest.raises(UserError, match="trt cannot start"):  # an engine file runs on TensorRT or not at all
+        choose._with_fallback(choose.Choice("trt", "cuda"), build, "engine", True, GPU_TRT)
