@@ -48,3 +48,69 @@ def test_a_writer_by_model_gives_each_model_its_own_file(tmp_path):
     assert len(writer.paths) == 2 and all(p.is_file() for p in writer.paths)
     by_file = [[r["model"] for r in read_manifest(manifest_path(p))] for p in writer.paths]
     assert sorted(by_file) == [["gen0", "gen0"], ["gen1", "gen1", "gen1"]]
+
+
+def targets_file(path: Path, targets: int, plain: int = 0) -> Path:
+    """An hcpe3 file of one game from the start: `targets` moves with a policy target, then `plain`
+    moves without one (a fast search's, or an external engine's)."""
+    import cshogi
+    import numpy as np
+
+    from engine.core.position import board_hcp
+    from engine.records.writers import Hcpe3Writer
+    from engine.selfplay.writer import GameRecord, to_hcpe3
+
+    board = cshogi.Board()
+    record = GameRecord(board_hcp(board))
+    for i in range(targets + plain):
+        moves = list(board.legal_moves)
+        if i < targets:
+            cands = np.array([cshogi.move16(m) for m in moves], np.uint16)
+            labels = np.arange(len(moves), dtype=np.int64)
+            record.add(
+                board_hcp(board),
+                cshogi.move16(moves[0]),
+                0.5,
+                cands,
+                labels,
+                np.full(len(moves), 1 / len(moves)),
+            )
+        else:
+            record.add(board_hcp(board), cshogi.move16(moves[0]), 0.5)
+        board.push(moves[0])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with Hcpe3Writer(path) as w:
+        w.write(to_hcpe3(record))
+    return path
+
+
+def test_window_by_positions_counts_targets_from_the_newest_file(tmp_path):
+    from train.loop.steps import count_targets, newest_by_positions
+
+    a = targets_file(tmp_path / "a.hcpe3", 10, plain=30)
+    b = targets_file(tmp_path / "b.hcpe3", 6, plain=2)
+    c = targets_file(tmp_path / "c.hcpe3", 5)
+    assert [count_targets(f) for f in (a, b, c)] == [10, 6, 5]
+    assert newest_by_positions([a, b, c], 5) == [c]
+    assert newest_by_positions([a, b, c], 6) == [b, c]  # c alone holds 5
+    assert newest_by_positions([a, b, c], 11) == [b, c]
+    assert newest_by_positions([a, b, c], 12) == [a, b, c]
+    assert newest_by_positions([a, b, c], 1000) == [a, b, c]
+
+
+def test_anchor_share_takes_the_next_files_in_turn(tmp_path):
+    import pytest
+
+    from engine.errors import UserError
+    from train.loop.config import LoopConfig
+    from train.loop.steps import anchor_files
+
+    chunks = [targets_file(tmp_path / "teacher" / f"chunk-{i}.hcpe3", 10) for i in range(5)]
+    cfg = LoopConfig(extra_data=str(tmp_path / "teacher"), extra_share=0.5)
+    assert anchor_files(cfg, 1, 20) == chunks[:2]  # half of 40 positions: two files of 10
+    assert anchor_files(cfg, 2, 20) == chunks[2:4]
+    assert anchor_files(cfg, 3, 20) == [chunks[4], chunks[0]]  # round again
+    assert anchor_files(LoopConfig(extra_data=str(tmp_path / "teacher"), extra_share=0.2), 1, 1000) == chunks
+    assert anchor_files(LoopConfig(extra_data=str(chunks[0])), 7, 5) == [chunks[0]]  # no share: all, always
+    with pytest.raises(UserError, match="no hcpe3 records"):
+        anchor_files(LoopConfig(extra_data=str(tmp_path), extra_share=0.5), 1, 20)

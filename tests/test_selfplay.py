@@ -257,3 +257,48 @@ def test_int8_self_play_runs_the_quantized_network(tmp_path, monkeypatch, capfd)
     assert len(list((tmp_path / "cache").glob("*-int8-*.onnx"))) == 1
     (path,) = (tmp_path / "out").glob("*.hcpe3")
     assert stats.games == 3 and _replay_hcpe3(path, 16) == stats.positions
+
+
+def test_playout_cap_randomisation_writes_targets_only_for_full_searches(tmp_path):
+    """With --full-fraction, about that share of the moves carries a policy target (the legal moves,
+    summing to 1); the others are recorded with no candidates, and their fast searches cost fewer
+    network rows than full ones would."""
+    from engine.backends.evaluator import UniformEvaluator
+
+    def run(out: Path, fraction: float):
+        config = SelfPlayConfig(
+            out_dir=out, games=8, parallel=8, sims=16, full_fraction=fraction, fast_sims=2, considered=4,
+            max_moves=40, seed=5, progress=False,
+        )  # fmt: skip
+        stats = run_selfplay(config, UniformEvaluator(64))
+        (path,) = out.glob("*.hcpe3")
+        return stats, list(iter_hcpe3_games(path))
+
+    full_stats, _ = run(tmp_path / "full", 1.0)
+    stats, games = run(tmp_path / "capped", 0.25)
+    with_target = without = 0
+    for game in games:
+        board = cshogi.Board()
+        board.set_hcp(game.hcp)
+        for info, cands in zip(game.moves, game.candidates, strict=True):
+            if len(cands):
+                with_target += 1
+                assert sorted(cands["move16"].tolist()) == sorted(cshogi.move16(m) for m in board.legal_moves)
+                assert abs(cands["visitNum"].sum() / 65535 - 1) <= len(cands) / 65535
+            else:
+                without += 1
+            board.push(board.move_from_move16(int(info["selectedMove16"])))
+    assert with_target + without == stats.positions
+    assert 0.1 < with_target / stats.positions < 0.45
+    assert stats.nn_positions < 0.6 * full_stats.nn_positions * stats.positions / full_stats.positions
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [({"full_fraction": 0.0}, "--full-fraction"), ({"full_fraction": 0.5, "fast_sims": 64}, "--fast-sims")],
+)
+def test_bad_playout_cap_is_a_user_error(tmp_path, settings, message):
+    from engine.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        run_selfplay(SelfPlayConfig(out_dir=tmp_path, sims=32, **settings))

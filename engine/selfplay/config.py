@@ -31,6 +31,11 @@ class SelfPlayConfig:
     processes: int = 1
     groups: int = 2
     sims: int = 32
+    # playout-cap randomisation: a full search of `sims` on a `full_fraction` of the moves, the only ones
+    # written with a policy target; a fast search of `fast_sims` on the others (their moves are recorded
+    # without one, hcpe3 candidateNum 0, so training skips them). 1.0: every search full.
+    full_fraction: float = 1.0
+    fast_sims: int = 0  # 0: sims // 8 (at least 2)
     considered: int = 16
     c_visit: float = 50.0
     c_scale: float = 1.0
@@ -72,6 +77,8 @@ class SelfPlayConfig:
             (self.processes >= 1, "--processes must be >= 1"),
             (1 <= self.groups <= 8, "--groups must be 1..8"),
             (self.sims >= 1, "--sims must be >= 1"),
+            (0 < self.full_fraction <= 1, "--full-fraction must be in (0, 1]"),
+            (0 <= self.fast_sims <= self.sims, "--fast-sims must be 0..--sims"),
             (self.considered >= 1, "--considered must be >= 1"),
             (self.c_visit >= 0 and self.c_scale >= 0, "--c-visit and --c-scale must be >= 0"),
             (self.max_moves >= 1, "--max-moves must be >= 1"),
@@ -131,12 +138,22 @@ class SelfPlayConfig:
         """Whether any game is played against the USI engine."""
         return self.usi_engine is not None and self.usi_fraction > 0
 
-    def search_params(self) -> GumbelParams:
+    @property
+    def capped(self) -> bool:
+        """Whether some searches are fast ones (playout-cap randomisation)."""
+        return self.full_fraction < 1
+
+    @property
+    def fast_search_sims(self) -> int:
+        return self.fast_sims or max(self.sims // 8, 2)
+
+    def search_params(self, fast: bool = False) -> GumbelParams:
+        """The full search's settings, or with `fast` the fast one's (fewer simulations)."""
         from engine.search.gumbel_search import GumbelParams
 
         return GumbelParams(
-            self.sims, self.considered, self.c_visit, self.c_scale, self.max_moves,
-            leaf_mate_plies=self.leaf_mate_plies,
+            self.fast_search_sims if fast else self.sims, self.considered, self.c_visit, self.c_scale,
+            self.max_moves, leaf_mate_plies=self.leaf_mate_plies,
         )  # fmt: skip
 
 

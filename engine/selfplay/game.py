@@ -52,6 +52,7 @@ class Game:
         )
         self.usi_moves: list[str] = []  # the game so far, for the engine's `position` command
         self.searching = False  # its position is being searched (in its group's SearchGroup)
+        self.full = True  # the running search is a full one (its move gets a policy target)
         self.reply: Future[EngineReply] | None = None
         self.may_resign = config.resign_threshold > 0 and self.rng.random() >= config.resign_playout_fraction
         self.would_resign: int | None = None  # in a playout game: the colour that stood below threshold
@@ -73,8 +74,13 @@ class Game:
         else:
             choice = result.choice
         move = result.moves[choice]
-        candidates = (np.array(result.moves, dtype=np.int64) & 0xFFFF).astype(np.uint16)
-        rec.add(board_hcp(board), cshogi.move16(move), result.value, candidates, result.labels, result.policy)
+        if self.full:
+            candidates = (np.array(result.moves, dtype=np.int64) & 0xFFFF).astype(np.uint16)
+            rec.add(
+                board_hcp(board), cshogi.move16(move), result.value, candidates, result.labels, result.policy
+            )
+        else:  # a fast search (playout-cap randomisation): the move and value, no policy target
+            rec.add(board_hcp(board), cshogi.move16(move), result.value)
         if config.resign_threshold > 0 and result.value < config.resign_threshold:
             if self.may_resign:
                 return win_for(cshogi.opponent(board.turn)).result

@@ -6,7 +6,9 @@ The process's `parallel` games are split into `groups`. A group's searches advan
 of the searches that ended, starts the next ones and walks every search's next simulations into the
 group's leaf batch, which goes to the evaluator (`Evaluator.submit`: asynchronous for a GPU or the
 inference server, a background thread for a CPU runtime that releases the GIL) while the other group
-takes its step. With one group, tree walking and inference take turns. Finished games go to a
+takes its step. With one group, tree walking and inference take turns. With playout-cap randomisation
+(`full_fraction` < 1) each group has a second SearchGroup, of fast searches, on the same leaf batch: a
+game's move goes to one or the other, drawn from its own RNG. Finished games go to a
 background writer (`engine.selfplay.writer`); on a stop, every finished game is written and the
 unfinished ones are dropped. Games against an external USI engine (`engine.selfplay.opponents`) wait
 for its reply while the other games go on. `engine.selfplay.processes` runs this in worker processes.
@@ -59,10 +61,14 @@ class _Group:
     """Games that share one leaf batch (one network call per step) and its evaluator."""
 
     batch: LeafBatch
-    search: SearchGroup
+    searches: list[SearchGroup]  # the full search; with playout-cap randomisation the fast one too
     slots: list[Game | None]
     evaluator: Evaluator
     pending: Pending | None = None  # the batch's submitted network call
+
+    def ended(self) -> dict[int, GumbelResult]:
+        """Slot -> result of the searches that are over (a slot is in one search at a time)."""
+        return {i: r for search in self.searches for i, r in search.ended()}
 
 
 class _Runner:
@@ -86,14 +92,14 @@ class _Runner:
         self.stats = SelfPlayStats(files=[str(writer.path)] if writer.path else [])
         self._indices = iter(indices)
         self.cache = EvalCache(config.cache_size)
-        params = config.search_params()
+        params = [config.search_params(fast) for fast in ((False, True) if config.capped else (False,))]
         self.groups = []
         for g, slots in enumerate(group_sizes(config, len(indices))):
             evaluator = evaluators[g % len(evaluators)]
             rows = slots * (config.considered + 1)
             batch = LeafBatch(rows, evaluator.input2, evaluator.input_buffers(rows))
-            search = SearchGroup(params, self.cache, batch, slots)
-            self.groups.append(_Group(batch, search, [None] * slots, evaluator))
+            searches = [SearchGroup(p, self.cache, batch, slots) for p in params]
+            self.groups.append(_Group(batch, searches, [None] * slots, evaluator))
 
     def _finish(self, game: Game, result: int) -> None:
         game.record.result = result
@@ -161,7 +167,8 @@ class _Runner:
                 assert self.opponents is not None
                 game.reply = self.opponents.ask(game.index, game.usi_moves)
                 return
-            result = group.search.start(i, game.board, game.rng)
+            game.full = not config.capped or game.rng.random() < config.full_fraction
+            result = group.searches[0 if game.full else 1].start(i, game.board, game.rng)
             game.searching = result is None
 
     def _round(self, group: _Group) -> None:
@@ -169,15 +176,16 @@ class _Runner:
         ended and start the next ones, then walk every search's next simulations into the batch
         (again at once for searches whose round needed no network call)."""
         group.batch.clear()
-        group.search.resolve()
+        for search in group.searches:
+            search.resolve()
         while True:
-            ended = dict(group.search.ended())
+            ended = group.ended()
             for i in range(len(group.slots)):
                 result = ended.get(i)
                 if result is not None:
                     group.slots[i].searching = False
                 self._advance(group, i, result)
-            if not group.search.descend():
+            if not any([search.descend() for search in group.searches]):  # a list: every search descends
                 return
 
     @staticmethod

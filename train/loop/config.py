@@ -47,6 +47,8 @@ class LoopConfig:
     # self-play (schedules: "a:b:c" = per-generation values, the last repeated)
     games: str = "200"
     sims: str = "32"
+    full_fraction: float = 1.0  # playout-cap randomisation: share of moves searched fully (with a target)
+    fast_sims: int = 0  # the other moves' fast search (0: sims/8)
     parallel: str = "64"
     selfplay_batch: str = "256"
     selfplay_processes: int = 1  # search processes (bin/selfplay --processes)
@@ -65,7 +67,9 @@ class LoopConfig:
     # training
     window: str = "8"  # newest self-play files trained on
     max_model_age: int = 0  # generation g trains only on games of models g-A..g-1 (0: any model)
-    extra_data: str = ""  # comma-separated records mixed into every generation's training (an anchor)
+    window_positions: int = 0  # train on the newest self-play files holding this many targets (0: --window)
+    extra_data: str = ""  # comma-separated records (files or folders) mixed into training (an anchor)
+    extra_share: float = 0.0  # their share of a generation's positions, files taken in turn (0: all, always)
     test: str = ""  # comma-separated held-out records each generation is measured on (e.g. an engine's games)
     val_lambda: float = 0.0  # trainer's mix of the stored eval into the value target
     epochs: str = "1"
@@ -84,6 +88,7 @@ class LoopConfig:
     eval_batch: int = 16
     eval_timeout: float = 120.0
     anchor: int = 0  # a fixed reference generation every later one also plays (0: none besides gen 0)
+    gate: float = 0.0  # accept a generation only at this score against the best so far (0: every one)
     greedy: bool = True
     progress: bool = True
 
@@ -116,6 +121,11 @@ class LoopConfig:
             (self.eval_batch >= 1, "--eval-batch must be >= 1"),
             (self.eval_timeout > 0, "--eval-timeout must be > 0"),
             (self.anchor >= 0, "--anchor must be >= 0"),
+            (self.window_positions >= 0, "--window-positions must be >= 0"),
+            (0 <= self.gate < 1, "--gate must be a score in [0, 1)"),
+            (not self.gate or self.eval_games > 0, "--gate needs evaluation games (--eval-games > 0)"),
+            (0 <= self.extra_share < 1, "--extra-share must be in [0, 1)"),
+            (not self.extra_share or bool(self.extra_data), "--extra-share needs --extra-data"),
             (self.max_model_age >= 0, "--max-model-age must be >= 0"),
             (self.workers >= 0, "--workers must be >= 0"),
             (self.train_processes >= 1, "--train-processes must be >= 1"),
@@ -154,6 +164,8 @@ def selfplay_config(cfg: LoopConfig, g: int, folder: Path, model: Path, before: 
         games=games,
         parallel=min(at_generation(s["parallel"], g), games),
         sims=at_generation(s["sims"], g),
+        full_fraction=cfg.full_fraction,
+        fast_sims=cfg.fast_sims,
         max_moves=cfg.max_moves,
         random_plies=cfg.random_plies,
         seed=cfg.seed * 1_000_003 + g * 10_007 + before,  # resumed games differ from the first ones

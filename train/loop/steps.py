@@ -38,9 +38,57 @@ def count_games(folder: Path) -> tuple[int, int]:
     return games, positions
 
 
+def count_targets(path: Path) -> int:
+    """Positions of an hcpe3 file that carry a policy target (what training reads of it)."""
+    if path.stat().st_size == 0:
+        return 0
+    return sum(sum(len(c) > 0 for c in game.candidates) for game in iter_hcpe3_games(path))
+
+
+def newest_by_positions(files: Sequence[Path], positions: int) -> list[Path]:
+    """The newest of `files` (oldest first) that together hold at least `positions` targets (all of
+    them if they hold fewer): a replay window by positions, whatever the games per file."""
+    out: list[Path] = []
+    total = 0
+    for f in reversed(files):
+        if total >= positions:
+            break
+        out.append(f)
+        total += count_targets(f)
+    return out[::-1]
+
+
+def anchor_files(cfg: LoopConfig, g: int, selfplay_positions: int) -> list[Path]:
+    """The --extra-data records generation g trains on. Without --extra-share: all of them, every
+    generation. With it: the next files in turn (each generation goes on where the previous one
+    stopped, wrapping round), enough for that share of the training positions."""
+    if not cfg.extra_share:
+        return cfg.extra_paths()
+    files = [f for p in cfg.extra_paths() for f in (sorted(p.glob("*.hcpe3")) if p.is_dir() else [p])]
+    if not files:
+        raise UserError(f"--extra-share: no hcpe3 records in --extra-data {cfg.extra_data}")
+    want = cfg.extra_share / (1.0 - cfg.extra_share) * selfplay_positions
+    per_file = max(count_targets(files[0]), 1)
+    take = min(max(1, round(want / per_file)), len(files))
+    start = (g - 1) * take
+    return [files[(start + i) % len(files)] for i in range(take)]
+
+
 def play_model(paths: RunPaths, g: int) -> Path:
     """The file generation g's model is served from (ONNX; the runtime picks TensorRT where it can)."""
     return paths.onnx(g)
+
+
+def best_before(cfg: LoopConfig, paths: RunPaths, g: int) -> int:
+    """The generation whose model plays generation g's self-play, whose weights g trains from and
+    whom g must beat: g - 1, or with --gate the newest generation accepted so far (0 always is)."""
+    if not cfg.gate:
+        return g - 1
+    state = LoopState.load(paths.state, cfg.network)
+    for k in range(g - 1, 0, -1):
+        if state.generations.get(str(k), {}).get("eval", {}).get("accepted"):
+            return k
+    return 0
 
 
 def step_selfplay(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], None]) -> dict[str, Any]:
@@ -52,8 +100,9 @@ def step_selfplay(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str],
     before, _ = count_games(folder)
     started_at = time.perf_counter()
     if before < target:
-        log(f"gen {g}: self-play {target - before} games ({before} already played) with gen {g - 1}'s model")
-        stats = run_selfplay(selfplay_config(cfg, g, folder, play_model(paths, g - 1), before))
+        best = best_before(cfg, paths, g)
+        log(f"gen {g}: self-play {target - before} games ({before} already played) with gen {best}'s model")
+        stats = run_selfplay(selfplay_config(cfg, g, folder, play_model(paths, best), before))
         if stats.interrupted:
             raise Interrupted(f"gen {g}: self-play interrupted; {stats.games} more games kept")
     games, positions = count_games(folder)
@@ -99,22 +148,26 @@ def step_train(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], No
     out = paths.train(g)
     resume = (out / "checkpoint.pt").is_file()
     age = cfg.max_model_age
-    files = window_files(paths, g, at_generation(s["window"], g), age)
+    if cfg.window_positions:
+        files = newest_by_positions(window_files(paths, g, 1 << 30, age), cfg.window_positions)
+    else:
+        files = window_files(paths, g, at_generation(s["window"], g), age)
     if not files:
         raise UserError(f"{paths.selfplay(g)}: no self-play records to train on")
-    extra = cfg.extra_paths()
+    selfplay_positions = sum(count_targets(f) for f in files)
+    extra = anchor_files(cfg, g, selfplay_positions)
     log(
         f"gen {g}: training on {len(files)} file(s)"
         + (f" of the models of gen {max(g - age, 0)}..{g - 1}" if age else "")
         + (f" + {len(extra)} extra" if extra else "")
-        + f" from gen {g - 1}'s weights"
+        + f" from gen {best_before(cfg, paths, g)}'s weights"
         + (" (resuming)" if resume else "")
     )
     train_config = TrainConfig(
         data=[str(f) for f in [*files, *extra]],
         val_lambda=cfg.val_lambda,
         out=str(out),
-        init=str(paths.checkpoint(g - 1)),
+        init=str(paths.checkpoint(best_before(cfg, paths, g))),
         resume=resume,
         epochs=at_generation(s["epochs"], g),
         batch_size=at_generation(s["batch_size"], g),
@@ -137,7 +190,12 @@ def step_train(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], No
     if not summary.get("finished"):
         raise Interrupted(f"gen {g}: training stopped ({summary.get('stopped_by')}); checkpoint kept")
     keep = ("steps", "positions", "processes", "seconds", "policy_loss", "value_loss", "loss")
-    return {**{k: summary[k] for k in keep if k in summary}, "files": [f.name for f in files]}
+    return {
+        **{k: summary[k] for k in keep if k in summary},
+        "files": [f.name for f in files],
+        "selfplay_positions": selfplay_positions,
+        "extra": [f.name for f in extra],
+    }
 
 
 def tensorrt_available() -> bool:
@@ -183,12 +241,13 @@ def model_engine(cfg: LoopConfig, model: Path, name: str) -> EngineSpec:
 
 
 def opponents(cfg: LoopConfig, paths: RunPaths, g: int) -> dict[str, EngineSpec]:
-    """Previous generation, the random-init generation 0 and the --anchor generation (each the same match
-    as 'prev' when it is the previous one), the greedy player."""
-    out = {"prev": model_engine(cfg, play_model(paths, g - 1), f"gen{g - 1}")}
-    if g > 1:
+    """Previous generation (with --gate: the best so far), the random-init generation 0 and the --anchor
+    generation (each the same match as 'prev' when it is the previous one), the greedy player."""
+    best = best_before(cfg, paths, g)
+    out = {"prev": model_engine(cfg, play_model(paths, best), f"gen{best}")}
+    if best > 0:
         out["gen0"] = model_engine(cfg, play_model(paths, 0), "gen0")
-    if 0 < cfg.anchor < g - 1:
+    if 0 < cfg.anchor < g and cfg.anchor != best:
         out["anchor"] = model_engine(cfg, play_model(paths, cfg.anchor), f"gen{cfg.anchor}")
     if cfg.init:
         out["random"] = model_engine(cfg, paths.random_onnx, "random-init")
@@ -254,12 +313,18 @@ def step_eval(
                 log(f"gen {g}: {result}")
                 matches[key] = result.summary()
                 state.save()  # a finished match survives an interruption of the next one
+    best = best_before(cfg, paths, g)
     if "prev" in matches:  # a reference that is the previous generation: that same match
-        if g == 1:
+        if best == 0:
             matches["gen0"] = matches["prev"]
-        if cfg.anchor and cfg.anchor == g - 1:
+        if cfg.anchor and cfg.anchor == best:
             matches["anchor"] = matches["prev"]
     record: dict[str, Any] = {"matches": matches}
+    if cfg.gate and "prev" in matches:
+        record["accepted"] = matches["prev"]["score"] >= cfg.gate
+        record["best"] = g if record["accepted"] else best
+        verdict = "accepted" if record["accepted"] else "rejected"
+        log(f"gen {g}: {verdict} against gen {best} (gate {cfg.gate})")
     if cfg.test:
         from train.trainer.evaluation import evaluate_checkpoint
 

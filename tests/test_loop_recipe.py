@@ -1,0 +1,65 @@
+"""The loop's recipe settings: playout-cap randomisation (--full-fraction), gating against the best
+generation so far (--gate); the window by positions and the anchor share are in test_loop_window.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.errors import UserError
+from tests.test_loop import tiny
+from train.loop.config import LoopConfig, LoopState, RunPaths
+from train.loop.main import run_loop
+from train.loop.steps import best_before, count_targets, opponents
+
+
+def test_gate_keeps_the_newest_accepted_generation(tmp_path):
+    paths = RunPaths(tmp_path / "run")
+    paths.root.mkdir()
+    state = LoopState(paths.state, "tiny")
+    for g, accepted in ((1, False), (2, True), (3, False)):
+        state.finish(g, "eval", {"matches": {}, "accepted": accepted})
+    gated = tiny(paths.root, gate=0.55, greedy=False)
+    assert [best_before(gated, paths, g) for g in (1, 2, 3, 4)] == [0, 0, 2, 2]
+    assert [best_before(tiny(paths.root), paths, g) for g in (1, 2, 3, 4)] == [0, 1, 2, 3]
+    found = opponents(gated, paths, 4)
+    assert found["prev"].options["DNN_Model"] == str(paths.onnx(2))
+    assert set(found) == {"prev", "gen0"}
+    assert set(opponents(gated, paths, 2)) == {"prev"}  # gen 0 is the best: one match
+    for bad in ({"gate": 1.0}, {"gate": -0.1}, {"gate": 0.5, "eval_games": 0}):
+        with pytest.raises(UserError, match="--gate"):
+            tiny(paths.root, **bad).validate()
+
+
+def test_capped_gated_loop_trains_on_full_searches_only(tmp_path):
+    run = tmp_path / "run"
+    cfg = tiny(
+        run, generations=2, games="4", sims="8", full_fraction=0.5, fast_sims=2, gate=0.6, greedy=False
+    )
+    rows = run_loop(cfg, lambda _: None)
+    assert [r["generation"] for r in rows] == [1, 2]
+    state = json.loads(RunPaths(run).state.read_text())["generations"]
+    for g in ("1", "2"):
+        train, selfplay = state[g]["train"], state[g]["selfplay"]
+        files = [RunPaths(run).selfplay(k) / f for k in (1, 2) for f in train["files"]]
+        targets = sum(count_targets(f) for f in files if f.exists())
+        assert train["selfplay_positions"] == targets == train["positions"]  # no fast-search positions
+        assert 0 < targets < selfplay["positions"] * (1 if g == "1" else 2)
+    first = state["1"]["eval"]
+    assert first["accepted"] == (first["matches"]["prev"]["score"] >= 0.6)
+    best = 1 if first["accepted"] else 0
+    assert state["2"]["eval"]["matches"]["prev"]["engine2"] == f"gen{best}"
+    assert state["2"]["eval"]["best"] in (2, best)
+
+
+def test_loop_config_checks_the_recipe_flags(tmp_path):
+    for bad, flag in (
+        ({"full_fraction": 0.0}, "--full-fraction"),
+        ({"full_fraction": 0.5, "fast_sims": 64}, "--fast-sims"),
+        ({"window_positions": -1}, "--window-positions"),
+        ({"extra_share": 0.3}, "--extra-share"),
+        ({"extra_share": 1.0, "extra_data": str(tmp_path)}, "--extra-share"),
+    ):
+        with pytest.raises(UserError, match=flag):
+            LoopConfig(**{**tiny(tmp_path / "run").__dict__, **bad}).validate()
