@@ -63,3 +63,12 @@ def test_loop_config_checks_the_recipe_flags(tmp_path):
     ):
         with pytest.raises(UserError, match=flag):
             LoopConfig(**{**tiny(tmp_path / "run").__dict__, **bad}).validate()
+
+
+def test_recipe_flags_reach_self_play(tmp_path):
+    from train.loop.config import selfplay_config
+
+    cfg = tiny(tmp_path / "run", sims="64", full_fraction=0.25, fast_sims=16, int8=True)
+    config = selfplay_config(cfg, 1, tmp_path / "sp", tmp_path / "model.onnx")
+    assert (config.sims, config.full_fraction, config.fast_search_sims, config.int8) == (64, 0.25, 16, True)
+    assert selfplay_config(tiny(tmp_path / "run"), 1, tmp_path / "sp", tmp_path / "m.onnx").capped is False

@@ -52,6 +52,7 @@ class LoopConfig:
     parallel: str = "64"
     selfplay_batch: str = "256"
     selfplay_processes: int = 1  # search processes (bin/selfplay --processes)
+    int8: bool = False  # self-play on a CPU runs the network quantized to int8 (bin/selfplay --int8)
     inference_server: str = "auto"  # one network process for all of them: auto (on a GPU), on, off
     devices: str = ""  # several devices of this host, "cuda:0,cuda:1": an inference server each
     ray: str = ""  # a Ray cluster's address (auto or HEAD:6379): self-play on its nodes, never waiting
@@ -172,6 +173,7 @@ def selfplay_config(cfg: LoopConfig, g: int, folder: Path, model: Path, before: 
         model=str(model),
         backend=cfg.backend,
         device=cfg.device,
+        int8=cfg.int8,
         batch=at_generation(s["selfplay_batch"], g),
         processes=cfg.selfplay_processes,
         inference_server=cfg.inference_server,
