@@ -6,7 +6,7 @@ the GIL released, as a GPU would; default 1 ms + 0.01 ms/row, 100k rows/s at lar
 Printed in one run: the search ceiling (zero-cost evaluator, one process, no server), one process
 with the latency model (no server), then P = 1, 2, 4 through the inference server: network rows/s,
 positions/s, rows per forward call and the evaluator's busy fraction; the P = 2 row also as a
-fraction of min(2 x ceiling, the model's asymptotic rate), the issue's target (>= 80%).
+fraction of min(2 x ceiling, the model's asymptotic rate), the target (>= 80%).
 
   python bench/multiprocess_selfplay.py                     # ~3 min on 2 cores (256 games per process:
                                                             # enough rows per call to keep the device busy)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How much of the network's own speed the searches keep, with a real network on CPU: self-play
 network rows/s and the USI PUCT search's playouts/s, each next to the raw forward rate of the same
-evaluator at the same batch size measured in the same run (the issue's target: >= 90%).
+evaluator at the same batch size measured in the same run (the target: >= 90%).
 
   python bench/network_share.py                       # the shipped model on onnxruntime (~2 min)
   python bench/network_share.py --backend torch --model M --games 32 --seconds 10

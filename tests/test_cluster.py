@@ -296,4 +296,4 @@ def test_the_loop_with_a_model_age_window_resumes_after_sigterm(cluster, tmp_pat
         assert all(m["wins"] + m["losses"] + m["draws"] == m["games"] == 2 for m in matches.values())
         played = {d.name: len(list(d.glob("game-*.csa"))) for d in (paths.gen(g) / "eval").iterdir()}
         assert "prev" in played and set(played) <= set(matches) and set(played.values()) == {2}, played
-    assert len(ids) == len(set(ids))  # no game twice, across generations and the two sessions
+    assert len(ids) == len(set(ids))  # no game twice, across generations and the two runs

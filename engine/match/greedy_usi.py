@@ -4,7 +4,7 @@ Each move: declare a nyugyoku win if it can, play a mate in one if there is one,
 legal move with the best material balance after the move minus the opponent's best immediate
 material gain in reply (a capture or promotion; one ply plus the recapture), avoiding moves that
 allow a mate in one. Ties are broken by a seeded RNG (option `Seed`) that runs on across the games
-of a session, so a match is reproducible but its games differ. Time controls are ignored.
+of one engine process, so a match is reproducible but its games differ. Time controls are ignored.
 
     python -m engine.match.greedy_usi        (or bin/greedy_usi)
 """

@@ -399,7 +399,7 @@ def _replace(config: SelfPlayConfig, **changes: Any) -> SelfPlayConfig:
 
 @dataclass
 class ClusterReport:
-    """What a cluster self-play session did (printed by bin/selfplay)."""
+    """What a cluster self-play run did (printed by bin/selfplay)."""
 
     target: int
     had: int

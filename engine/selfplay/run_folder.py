@@ -1,5 +1,5 @@
 """A cluster run's folder, written by its driver alone: whole games appended to one new hcpe3 file per
-session (or per session and model, for a window by model age), and beside each a manifest with one
+run of the driver (or per run and model, for a window by model age), and beside each a manifest with one
 JSON line per game (its id, the node and the model that played it), so that a rerun knows which game
 ids are done and plays only the others.
 

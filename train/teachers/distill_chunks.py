@@ -1,6 +1,8 @@
-"""A distillation corpus in chunks, made over several sessions: DIR/chunk-00000.hcpe3, ... each holding
+"""A distillation corpus in chunks, made by several runs or machines: DIR/chunk-00000.hcpe3, ... each holding
 games [i * G, (i + 1) * G) of the (seed, game index) stream, so chunk i depends on the settings and i
-alone, and any chunk is remade bit for bit by the same command (or by a run that makes it alone).
+alone, and any chunk is remade by the same command (or by a run that makes it alone): bit for bit where
+the teacher computes the same floats (on another machine, chunk 7 of the miniosl corpus came out as the
+same games with targets a rounding apart: models/README.md).
 
 DIR/distill.json holds the settings every chunk was made with (written atomically before the first game);
 a run with other settings is refused, since its chunks would not belong to the same stream.

@@ -74,7 +74,7 @@ class TrainConfig:
     checkpoint_interval: int = 1000  # steps; also at each epoch end
     save_epochs: bool = False  # keep checkpoint-epochN.pt copies
     plot_interval: float = 30.0  # seconds between plot refreshes at log time
-    stop_after_steps: int | None = None  # stop (with a checkpoint) after this many steps this session
+    stop_after_steps: int | None = None  # stop (with a checkpoint) after this many steps of this run
     tensorboard: bool = False
     progress: bool = True
 
