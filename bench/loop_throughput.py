@@ -5,7 +5,7 @@ positions an hour of the whole generation and each step's share of its time.
 
   bench/loop_throughput.py runs/loop
 
-A step resumed after a stop counts only the time of its last session (state.json keeps one figure a
+A step resumed after a stop counts only the time of its last run (state.json keeps one figure a
 step); such generations are marked with *.
 """
 
