@@ -23,6 +23,7 @@ LAYERS = {
     "engine.play": 4,  # our USI engine
     "engine.selfplay": 4,
     "engine.match": 4,
+    "engine.analysis": 4,  # bin/analyze: games analysed by our engine over USI
     "export": 5,  # ONNX, TensorRT
     "train": 5,  # the package itself only
     "train.data": 5,  # records read in bulk, conversion, the dataset

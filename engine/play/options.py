@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.backends.choose import BACKENDS, default_model_path
+from engine.core.moves import MAX_LEGAL_MOVES
 from engine.play.book import default_book_path
 from engine.search.mate import MAX_DEPTH, MAX_LEAF_PLIES
 from engine.search.puct import SEARCH_MODES, PuctParams
@@ -94,6 +95,7 @@ def default_options() -> list[Option]:
         Option("Byoyomi_Margin", "spin", 200, 0, big),
         Option("Time_Margin", "spin", 1000, 0, big),
         Option("PV_Interval", "spin", 500, 0, big),
+        Option("MultiPV", "spin", 1, 1, MAX_LEGAL_MOVES),  # root moves reported, best first (analysis)
         Option("Mate_Root_Search", "spin", 33, 0, MAX_DEPTH),  # df-pn depth at the root; 0 = off
         Option("Mate_Root_Nodes", "spin", 100000, 1000, big),
         Option("Mate_Leaf_Search", "spin", 5, 0, MAX_LEAF_PLIES),  # plies probed at each new leaf; 0 = off
@@ -126,4 +128,5 @@ def search_params(values: dict[str, Any]) -> PuctParams:
         mode=v["Search_Mode"],
         gumbel_considered=v["Gumbel_Considered"],
         gumbel_noise=v["Gumbel_Noise"],
+        multipv=v["MultiPV"],
     )

@@ -40,7 +40,7 @@ from engine.core.position import board_after, parse_position
 from engine.core.score import value_to_eval
 from engine.paths import REPO_ROOT
 from engine.play import timeman
-from engine.play.answers import format_info, one_line, safe_move
+from engine.play.answers import info_lines, one_line, safe_move
 from engine.play.book import BookSlot, OpeningBook, choose_book_move
 from engine.play.deadlines import MateClock, TimedEvaluator
 from engine.play.go import GoCommand, parse_go, time_budget
@@ -439,7 +439,8 @@ class UsiEngine:
     def _send_mate_line(self, line: list[int], plies: int) -> None:
         """`score mate N` (N < 0: we are mated) with the line that proves it."""
         moves = " ".join(map(cshogi.move_to_usi, line))
-        self.send(f"info depth {len(line)} score mate {plies} pv {moves}")
+        head = "info multipv 1" if self.values["MultiPV"] > 1 else "info"
+        self.send(f"{head} depth {len(line)} score mate {plies} pv {moves}")
 
     def _policy_play(self, ev: Evaluator, board: cshogi.Board) -> str:
         moves, labels = legal_moves_and_labels(board)
@@ -462,7 +463,8 @@ class UsiEngine:
         return line
 
     def _send_info(self, r: PuctResult) -> None:
-        self.send(format_info(r, self.values["UCT_NodeLimit"]))
+        for line in info_lines(self.search, r, self.values["UCT_NodeLimit"], self.values["MultiPV"]):
+            self.send(line)
 
 
 def _stdout_writer() -> Callable[[str], None]:

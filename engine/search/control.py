@@ -40,3 +40,14 @@ class PuctResult:
     seldepth: int
     elapsed: float
     mate_plies: int | None = None  # a forced win found in the tree, in plies
+
+
+@dataclass
+class RootLine:
+    """One root move as a MultiPV line: its value for the side to move at the root, its principal
+    variation (the move first) and, when the search proved one, the forced win's length in plies."""
+
+    move: int
+    value: float
+    pv: list[int]
+    mate_plies: int | None = None

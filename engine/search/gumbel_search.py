@@ -45,6 +45,7 @@ class GumbelParams:
     draw_value: float = 0.5  # a draw's value for the side to move at the root (1 - it for the other)
     noise: bool = True  # Gumbel noise at the root (self-play explores; play may turn it off)
     leaf_mate_plies: int = 1  # mate probe at each new leaf (engine.search.mate.leaf_mate_value)
+    root_lines: bool = False  # the fast search records each root move's visits, value and line (MultiPV)
 
 
 class LeafBatch:
@@ -125,6 +126,11 @@ class GumbelResult:
     value: float
     pv: list[int] = field(default_factory=list)  # the chosen move, then the most visited replies
     simulations: int = 0  # visits the root's actions received
+    # with GumbelParams.root_lines (gumbel_tree only): per legal move its visits and mean value (the
+    # root side's view), and for each visited move the most visited replies after it
+    visits: np.ndarray | None = None
+    q: np.ndarray | None = None
+    lines: dict[int, list[int]] = field(default_factory=dict)
 
 
 Pending = tuple[list[tuple[GumbelNode, int]], GumbelNode]

@@ -284,7 +284,13 @@ class SearchGroup:
         value = (v + float(W[:n].sum())) / (1.0 + total)
         moves = f.move[t, :n].tolist()
         pv = [moves[choice], *self._most_visited_line(t, int(f.child[t, choice]))]
-        return GumbelResult(moves, f.label[t, :n].copy(), policy, choice, value, pv, total)
+        result = GumbelResult(moves, f.label[t, :n].copy(), policy, choice, value, pv, total)
+        if p.root_lines:  # MultiPV: what the engine reports beside its move
+            result.visits = N[:n].copy()
+            result.q = W[:n] / np.maximum(N[:n], 1)
+            for a in np.flatnonzero(result.visits).tolist():
+                result.lines[a] = self._most_visited_line(t, int(f.child[t, a]))
+        return result
 
     def _most_visited_line(self, t: int, node: int, max_len: int = 32) -> list[int]:
         """The moves from `node` on, each the most visited reply (the rest of a principal variation)."""

@@ -64,6 +64,7 @@ class PuctParams:
     gumbel_c_visit: float = gumbel.C_VISIT
     gumbel_c_scale: float = gumbel.C_SCALE
     gumbel_noise: bool = False  # in play the root's Gumbel noise is off unless asked for
+    multipv: int = 1  # root moves the engine reports (gumbel mode keeps their lines: GumbelParams.root_lines)
 
 
 class PuctNode:
@@ -408,7 +409,7 @@ class Search:
         params = GumbelParams(
             sims=control.max_playouts or 64, considered=p.gumbel_considered, c_visit=p.gumbel_c_visit,
             c_scale=p.gumbel_c_scale, max_moves=p.max_moves, draw_value=self._draw_value(board.turn),
-            noise=p.gumbel_noise, leaf_mate_plies=p.leaf_mate_plies,
+            noise=p.gumbel_noise, leaf_mate_plies=p.leaf_mate_plies, root_lines=p.multipv > 1,
         )  # fmt: skip
 
         def stop() -> bool:
@@ -434,9 +435,10 @@ class Search:
         q = node.q()
         return int(np.lexsort((q, n))[-1])  # most visited, ties to the better value
 
-    def principal_variation(self, max_len: int = 64) -> list[int]:
+    def principal_variation(self, max_len: int = 64, node: PuctNode | None = None) -> list[int]:
+        """The most visited line from `node` (default: the root)."""
         pv: list[int] = []
-        node = self.root
+        node = self.root if node is None else node
         while node is not None and node.moves is not None and len(node.moves) and len(pv) < max_len:
             idx = self.best_index(node)
             pv.append(int(node.moves[idx]))
