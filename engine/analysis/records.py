@@ -134,7 +134,8 @@ def _replay(path: Path, sfen: str, moves: list[int], label: str) -> None:
     board = cshogi.Board(sfen)
     for i, move in enumerate(moves):
         if move not in set(board.legal_moves):
-            raise UserError(f"{path}: {label} {i + 1} ({cshogi.move_to_csa(move)}) is not a legal move")
+            csa = cshogi.move_to_csa(move) if move else None  # cshogi's parser gives 0 for an impossible move
+            raise UserError(f"{path}: {label} {i + 1}{f' ({csa})' if csa else ''} is not a legal move")
         board.push(move)
 
 

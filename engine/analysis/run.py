@@ -78,14 +78,14 @@ def _run(
         with tqdm(total=total, unit="pos", disable=not progress, dynamic_ncols=True) as bar:
             for g in games:
                 bar.set_description(g.name)
-                figures[g.name] = _analyse(engine, g, settings, outputs[g.name], resumed[g.name], bar)
+                figures[g.name] = analyse_game(engine, g, settings, outputs[g.name], resumed[g.name], bar)
     except EngineFailure as e:
         raise UserError(f"{e} (finished games are kept; a rerun goes on)") from None
     finally:
         engine.close()
 
 
-def _analyse(
+def analyse_game(
     engine: AnalysisEngine, game: Game, settings: Settings, out: Outputs, thoughts: list[Thought], bar: tqdm
 ) -> dict:
     """One game's positions (after those of a resumed partial run), then its three files."""
