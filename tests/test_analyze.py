@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from engine.analysis import run
 from engine.analysis.engine import Candidate, Thought
-from engine.analysis.judge import judge_game
+from engine.analysis.judge import judge_game, worst_moves
 from engine.analysis.records import Game, read_games
 from engine.analysis.settings import Settings, Thresholds
 from engine.core.position import parse_position
@@ -169,16 +169,17 @@ def thought(win: float, move: str, others: tuple[str, ...] = ()) -> Thought:
 def test_moves_are_flagged_by_the_win_probability_they_lose():
     sfen, moves = parse_position("startpos moves 7g7f 3c3d 2g2f 8c8d".split())
     game = Game("g", "test", sfen, moves)
-    # the side to move's win: Black 0.5, White 0.5, Black 0.75, White 0.2, Black 0.95
-    ts = [thought(0.5, "7g7f"), thought(0.5, "8c8d", ("3c3d",)), thought(0.75, "5g5f"), thought(0.2, "8c8d")]
+    # the side to move's win: Black 0.5, White 0.5, Black 0.75, White 0.4, Black 0.95
+    ts = [thought(0.5, "7g7f"), thought(0.5, "8c8d", ("3c3d",)), thought(0.75, "2g2f"), thought(0.4, "9c9d")]
     ts.append(thought(0.95, "2f2e"))
     f = judge_game(game, ts, Thresholds(0.1, 0.2), Settings().record())
-    assert [m["loss"] for m in f["moves"]] == pytest.approx([0.0, 0.25, 0.0, 0.15], abs=0.002)
-    assert [m["flag"] for m in f["moves"]] == [None, "blunder", None, "mistake"]
-    assert [m["rank"] for m in f["moves"]] == [1, 2, None, 1]
+    assert [m["loss"] for m in f["moves"]] == pytest.approx([0.0, 0.25, 0.15, 0.35], abs=0.002)
+    assert [m["rank"] for m in f["moves"]] == [1, 2, 1, None]
+    assert [m["flag"] for m in f["moves"]] == [None, "blunder", None, "blunder"]  # move 3: the engine's own
     assert f["decided"] == {"ply": 4, "winner": "black"}
+    assert [m["ply"] for m in worst_moves(f)] == [4, 2]
     game.opening_plies = 2
-    f = judge_game(game, ts, Thresholds(0.1, 0.2), Settings().record())
+    f = judge_game(game, ts, Thresholds(0.3, 0.4), Settings().record())
     assert [m["flag"] for m in f["moves"]] == [None, None, None, "mistake"]
 
 

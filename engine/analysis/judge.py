@@ -1,8 +1,12 @@
 """A game's figures from the engine's view of each position: the evaluation (Black's win probability and
 cp), best move and PV of every position; for every move its rank among the candidates, the evaluation
 after it and the win probability it cost its player, flagged as a mistake or a blunder past the
-thresholds (as GUIs flag moves: by the drop in win probability); where the game was decided; the worst
-moves. These figures are the JSON `bin/analyze` writes, and what its KIF, graph and summary show.
+thresholds; where the game was decided; the worst moves. These figures are the JSON `bin/analyze`
+writes, and what its KIF, graph and summary show.
+
+A move is judged as ShogiHome judges it: by the drop from the engine's evaluation before it (its best
+move's) to its evaluation of the position after it, and never when it is the engine's own best move
+(the drop then says the search misjudged the position before, typically a mate it found one ply late).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from engine.analysis.engine import Thought
 from engine.analysis.records import Game
 from engine.analysis.settings import Thresholds
 
-DECIDED = 0.85  # the winner's win probability from the move that decided the game to the end
+DECIDED = 0.85  # the winner's win probability where the game was decided,
+KEEP = 0.75  # never to fall below this again (a passing misjudgement of the loser's does not undecide it)
 FLAGS = ("mistake", "blunder")
 
 
@@ -83,6 +88,7 @@ def _move_figures(game: Game, ply: int, turn: int, before: Thought, after: Thoug
     win_after = 1.0 - after.win
     loss = max(0.0, win_before - win_after)
     judged = ply >= game.opening_plies
+    own = usi == before.bestmove  # the engine's own choice: a loss after it is the engine's misjudgement
     return {
         "ply": ply + 1,
         "move": usi,
@@ -93,13 +99,14 @@ def _move_figures(game: Game, ply: int, turn: int, before: Thought, after: Thoug
         "win_after": round(win_after, 4),
         "loss": round(loss, 4),
         "judged": judged,  # the opening's moves are not the players'
-        "flag": th.flag(loss) if judged else None,
+        "flag": th.flag(loss) if judged and not own else None,
     }
 
 
 def decided_ply(wins: list[float], winner: int | None) -> dict | None:
-    """Where the game was decided: the first position from which the winner (the record's, else the side
-    the last evaluation favours) kept at least DECIDED win probability to the end; None if it never did."""
+    """Where the game was decided: the first position at which the winner (the record's, else the side the
+    last evaluation favours) had DECIDED win probability and after which it never fell below KEEP; None
+    if the end is not so clear."""
     if winner is None:
         if DECIDED > wins[-1] > 1 - DECIDED:
             return None
@@ -107,15 +114,16 @@ def decided_ply(wins: list[float], winner: int | None) -> dict | None:
     own = [w if winner == cshogi.BLACK else 1.0 - w for w in wins]
     if own[-1] < DECIDED:
         return None
-    ply = len(own) - 1
-    while ply > 0 and own[ply - 1] >= DECIDED:
-        ply -= 1
+    start = len(own) - 1
+    while start > 0 and own[start - 1] >= KEEP:
+        start -= 1
+    ply = next(i for i in range(start, len(own)) if own[i] >= DECIDED)
     return {"ply": ply, "winner": _side(winner)}
 
 
 def worst_moves(figures: dict, count: int = 3) -> list[dict]:
-    """The judged moves that cost most, worst first (flagged or not)."""
-    judged = [m for m in figures["moves"] if m["judged"] and m["loss"] > 0]
+    """The judged moves other than the engine's best that cost most, worst first (flagged or not)."""
+    judged = [m for m in figures["moves"] if m["judged"] and m["move"] != m["best"] and m["loss"] > 0]
     return sorted(judged, key=lambda m: -m["loss"])[:count]
 
 

@@ -16,7 +16,7 @@ import io
 import cshogi
 import cshogi.KIF
 
-from engine.analysis.judge import DECIDED, flag_counts
+from engine.analysis.judge import DECIDED, KEEP, flag_counts
 
 ENGINE_NAME = "GumbelShogi"
 FLAG_WORDS = {"mistake": "悪手", "blunder": "大悪手"}  # ShogiHome's words for these levels
@@ -69,7 +69,10 @@ def _move_line(board: cshogi.Board, move: dict, before: dict, candidates: int) -
     """The move in words (the board is at the position before it)."""
     mover = "Black" if move["side"] == "black" else "White"
     played = kif_moves(board, [move["move"]], board.peek() or None)
-    rank = f"rank {move['rank']} of {candidates}" if move["rank"] else f"not in the {candidates} candidates"
+    if move["rank"]:
+        rank = f"rank {move['rank']} of {candidates}"
+    else:
+        rank = f"not among the {candidates} candidates" if candidates > 1 else "not the engine's move"
     text = (
         f"played {played} ({rank}): {mover} {_percent(move['win_before'])} -> {_percent(move['win_after'])}"
     )
@@ -99,7 +102,8 @@ def _header(figures: dict) -> list[str]:
     ]
     if decided := figures["decided"]:
         comment.append(
-            f"decided at move {decided['ply']}: {decided['winner']} kept {_percent(DECIDED)}+ from there on"
+            f"decided at move {decided['ply']}: {decided['winner']} {_percent(DECIDED)}, never below "
+            f"{_percent(KEEP)} again"
         )
     comment.append(_analysis_line(cshogi.Board(start), figures["positions"][0]))
     return lines + [f"*{line}" for line in comment]

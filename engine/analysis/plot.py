@@ -1,6 +1,7 @@
 """The evaluation graph of an analysed game as a PNG: Black's win probability after every move, the
-opening shaded, mistakes and blunders marked at the move that made them (labelled with the move
-number), and a line where the game was decided. Written atomically."""
+opening shaded, mistakes and blunders marked at the move that made them (labelled ▲/△ and the move
+number), dotted lines at the win probability that decides a game, and a line where it was decided.
+Written atomically."""
 
 from __future__ import annotations
 
@@ -48,8 +49,9 @@ def _render(figures: dict) -> bytes:
         ax.scatter(xs, ys, marker=marker, s=60 if flag == "blunder" else 36, color=colour, zorder=3,
                    label=f"{flag} ({len(moves)})", edgecolors="black", linewidths=0.5)  # fmt: skip
         for m, y in zip(moves, ys, strict=True):
+            label = ("▲" if m["side"] == "black" else "△") + str(m["ply"])
             offset = (0, 7 if y < 50 else -12)
-            ax.annotate(f"{m['ply']}", (m["ply"], y), textcoords="offset points", xytext=offset, ha="center",
+            ax.annotate(label, (m["ply"], y), textcoords="offset points", xytext=offset, ha="center",
                         fontsize=7, color=colour)  # fmt: skip
     if decided := figures["decided"]:
         ax.axvline(decided["ply"], color="#333333", lw=1, ls="--", label=f"decided (move {decided['ply']})")

@@ -94,7 +94,7 @@ def analyse_game(
     for move in game.moves[: len(thoughts)]:
         board.push(move)
     engine.usinewgame()
-    wait = DEFAULT_MOVE_TIMEOUT + (settings.byoyomi or 0) / 1000
+    wait = DEFAULT_MOVE_TIMEOUT + (settings.byoyomi or 0) / 1000 + (settings.nodes or 0) / 100  # >= 100 nps
     try:
         for ply in range(len(thoughts), game.positions):
             thoughts.append(ruled(board) or engine.think(game.sfen, usi[:ply], settings.go, wait))
