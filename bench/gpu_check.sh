@@ -1,117 +1,116 @@
 #!/usr/bin/env bash
-# GPU check for the serving path (issues #4, #12), under ~10 minutes on one GPU; installs nothing.
-#   bash bench/gpu_check.sh
-# Needs CUDA torch, onnx, onnxruntime; TensorRT parts run only when `tensorrt` imports.
-# Prints labelled results: FP16 vs FP32 agreement, positions/s per batch size with and without CUDA
-# graphs, the search ceiling, self-play rows/s against P search processes sharing one inference server
-# (latency model and torch CUDA), TensorRT build + agreement + speed, then the GPU-gated pytest tests.
+# The GPU check, in under 8 minutes on one H100/H200: FP16 vs FP32 agreement, network rows/s (FP32 the
+# baseline), AMP training steps/s, self-play positions/s and the USI engine's nodes/s, each section under
+# its own time limit (bench/gpu_check.py does the work). Writes one JSON file ($OUT/gpu_check.json when OUT
+# is set, else runs/gpu_check.json) and ends with one summary line. Where there is no GPU it says so in one
+# line and exits 0.
+#   bash bench/gpu_check.sh                        # flags go to bench/gpu_check.py: --sections, --budget,
+#   bash bench/gpu_check.sh --sections agreement   #   --timeout NAME=SECONDS, --out, --cpu-smoke
+#
+# The host has Python 3.12 with CUDA torch, onnx and onnxruntime, no internet, and may lack cshogi, numba
+# (with llvmlite), tqdm and filelock. Bring them as cp312 wheels in build/gpu-wheels (git ignores build/, so
+# name build/gpu-wheels among the paths that travel with the tree). On a machine with internet:
+#   pip download --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+#     --platform manylinux_2_28_x86_64 --no-deps -d build/gpu-wheels \
+#     cshogi==1.1.0 numba==0.68.1 llvmlite==0.50.0 tqdm==4.70.1 filelock==4.3.2
+# That gets cshogi 1.1.0 (7.6 MB), numba 0.68.1 (3.9 MB), llvmlite 0.50.0 (59.7 MB), tqdm 4.70.1 and
+# filelock 4.3.2: 71 MB. numba 0.68.1 takes numpy 1.22 to 2.5, and cshogi 1.1.0 is built against numpy 2's
+# headers, so both run on numpy 1.26 and 2.x (tried on Python 3.12 with numpy 1.26.4 and 2.5.5; cshogi's
+# metadata pins numpy<1.27 for Python 3.12, which --no-deps ignores). Where 71 MB is more than may travel
+# (64 MiB with the tree), leave out what the host has (a torch image often has numba and llvmlite), or
+# recompress the wheels' members with LZMA (the same files; pip installs them as any wheel), 71 -> 50 MB in
+# a few minutes:
+#   bash bench/gpu_check.sh --repack-wheels build/gpu-wheels
+# Only the packages whose import fails are installed, and the output says which:
+#   python -m pip install --no-index --no-deps --upgrade --target build/gpu-site --find-links build/gpu-wheels ...
+# build/gpu-site is put first on PYTHONPATH; the host's own environment is left as it was.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export GUMBEL_SHOGI_CACHE="${GUMBEL_SHOGI_CACHE:-$(mktemp -d)}"
-
-echo "=== environment ==="
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: not available"
-python - <<'PY'
-import importlib.util, torch, onnxruntime as ort
-print(f"torch {torch.__version__}, cuda available {torch.cuda.is_available()}",
-      f"({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else "")
-print("onnxruntime", ort.__version__, ort.get_available_providers())
-for mod in ("tensorrt", "pycuda"):
-    spec = importlib.util.find_spec(mod)
-    print(f"{mod}: {'present' if spec else 'MISSING'}")
-PY
-
-echo "=== torch CUDA: FP16 (autocast) vs FP32 agreement on real positions ==="
-timeout 240 python - <<'PY'
-import sys, torch, numpy as np
-if not torch.cuda.is_available():
-    print("SKIP: torch has no CUDA device"); sys.exit(0)
-from engine.backends.torch_evaluator import TorchEvaluator
-from engine.core.network import build, preset
-from engine.core.position import random_positions
-boards = random_positions(512, seed=1)
-def softmax(p):
-    e = np.exp(p - p.max(1, keepdims=True)); return e / e.sum(1, keepdims=True)
-for name in ("small", "resnet10"):
-    net = build(preset(name), seed=0)
-    with TorchEvaluator(net, 256, "cpu", fp16=False) as ev:
-        p32, v32 = ev.evaluate_boards(boards)
-    for graphs in (False, True):
-        with TorchEvaluator(build(preset(name), seed=0), 256, "cuda", fp16=True, cuda_graphs=graphs) as ev:
-            p16, v16 = ev.evaluate_boards(boards)
-        print(f"{name:9s} graphs={graphs!s:5s} max|softmax diff| {np.abs(softmax(p16)-softmax(p32)).max():.2e}  "
-              f"max|value diff| {np.abs(v16-v32).max():.2e}  "
-              f"argmax agree {(p16.argmax(1)==p32.argmax(1)).mean():.3f}")
-PY
-
-echo "=== positions/s per backend and batch size (bench/inference.py --quick) ==="
-timeout 300 python bench/inference.py --quick --seconds 1.0 || echo "bench/inference.py exited with $?"
-
-echo "=== self-play positions/s on the GPU (bench/selfplay.py, torch CUDA FP16, small net) ==="
-if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  timeout 150 python bench/selfplay.py --device cuda --backend torch --nets small --parallel 256 --games 256 \
-    --groups 1,2 --processes 0 --baseline-seconds 5 2>&1 | grep -v "^info" || echo "bench/selfplay.py exited with $?"
+limit=$((SECONDS + 470))  # seconds for the whole check, installs included
+wheels=build/gpu-wheels
+site=build/gpu-site
+if [ -n "${GUMBEL_SHOGI_PYTHON:-}" ]; then
+    py=$GUMBEL_SHOGI_PYTHON
+elif [ -x .venv/bin/python ]; then
+    py=.venv/bin/python
 else
-  echo "SKIP: torch has no CUDA device"
+    py=python3
 fi
 
-echo "=== search ceiling: zero-cost evaluator, one process (bench/search_ceiling.py) ==="
-if [ -f bench/search_ceiling.py ]; then
-  # no reference checkout travels to the device: both columns are this checkout
-  timeout 150 python bench/search_ceiling.py --ref "$PWD" --repeat 1 --games 32 --max-moves 40 --playouts 1000 \
-    || echo "bench/search_ceiling.py exited with $?"
-else
-  echo "SKIP: bench/search_ceiling.py not in this checkout"
-fi
-
-echo "=== many searches per GPU: P self-play processes, one inference server (bench/multiprocess_selfplay.py) ==="
-timeout 120 python bench/multiprocess_selfplay.py --processes 1,2,4,8 --games 64 --max-moves 40 2>&1 \
-  | grep -v "^info" || echo "bench/multiprocess_selfplay.py (latency model) exited with $?"
-if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  timeout 150 python bench/multiprocess_selfplay.py --real --backend torch --device cuda --processes 1,2,4,8 \
-    --games 128 --max-moves 40 2>&1 | grep -v "^info" || echo "bench/multiprocess_selfplay.py (torch CUDA) exited with $?"
-else
-  echo "SKIP: torch has no CUDA device"
-fi
-
-echo "=== TensorRT: build + compare with torch FP32 (skipped without tensorrt) ==="
-timeout 300 python - <<'PY'
-import sys, tempfile, time, importlib.util
-import numpy as np, torch
-if importlib.util.find_spec("tensorrt") is None or not torch.cuda.is_available():
-    print("SKIP: tensorrt not importable or no CUDA device"); sys.exit(0)
+if [ "${1:-}" = --repack-wheels ]; then
+    [ -n "${2:-}" ] || { echo "gpu_check: error: --repack-wheels needs the wheels' folder" >&2; exit 2; }
+    exec "$py" - "$2" <<'PY'
+import io, sys, zipfile
 from pathlib import Path
-from engine.backends.torch_evaluator import TorchEvaluator
-from engine.backends.trt_evaluator import TrtEvaluator
-from engine.core.network import build, preset
-from engine.backends.onnx_model import write_onnx
-from engine.backends.trt_build import build_cached_engine, has_fp16_flag, import_tensorrt
-from engine.core.position import random_positions
-trt = import_tensorrt()
-typed16 = not has_fp16_flag(trt)
-print(f"TensorRT {trt.__version__}; FP16 via {'FP16-typed ONNX (strongly typed)' if typed16 else 'BuilderFlag.FP16'}")
-boards = random_positions(256, seed=2)
-with tempfile.TemporaryDirectory() as tmp:
-    for name in ("small", "resnet10"):
-        net = build(preset(name), seed=0)
-        onnx_path = write_onnx(net, Path(tmp) / f"{name}.onnx", fp16=typed16)
-        t = time.time(); engine = build_cached_engine(onnx_path, tmp, max_batch=256, opt_batch=128)
-        print(f"{name}: engine built in {time.time()-t:.1f}s -> {engine.name}")
-        t = time.time(); assert build_cached_engine(onnx_path, tmp, max_batch=256) == engine
-        print(f"{name}: cached engine found in {time.time()-t:.2f}s")
-        with TorchEvaluator(net, 256, "cpu", fp16=False) as ev:
-            p32, v32 = ev.evaluate_boards(boards)
-        with TrtEvaluator(engine, 256) as ev:
-            p, v = ev.evaluate_boards(boards)
-            print(f"{name}: max|policy logit diff| {np.abs(p-p32).max():.2e} max|value diff| {np.abs(v-v32).max():.2e}")
-            for b in (1, 8, 32, 128, 256):
-                ev.evaluate(b); n = 0; t = time.perf_counter()
-                while time.perf_counter() - t < 0.5:
-                    ev.evaluate(b); n += b
-                print(f"{name}: tensorrt b={b:<4d} {n/(time.perf_counter()-t):10.0f} positions/s")
-PY
 
-echo "=== GPU-gated tests ==="
-timeout 300 python -m pytest -q tests/test_backends.py tests/test_trt.py -k "cuda or trt" -rs || echo "pytest exited with $?"
-echo "=== gpu_check done ==="
+sys.path.insert(0, ".")
+from tqdm import tqdm
+from engine.fileio import atomic_write_bytes
+
+folder = Path(sys.argv[1])
+wheels = sorted(folder.glob("*.whl"))
+if not wheels:
+    sys.exit(f"gpu_check: error: --repack-wheels {folder}: no .whl files there")
+for wheel in wheels:
+    with zipfile.ZipFile(wheel) as zin:
+        infos = zin.infolist()
+        if all(i.compress_type == zipfile.ZIP_LZMA for i in infos):
+            print(f"{wheel.name}: already LZMA")
+            continue
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_LZMA) as zout, tqdm(
+            total=sum(i.file_size for i in infos), unit="B", unit_scale=True, desc=wheel.name[:32]
+        ) as bar:
+            for info in infos:
+                zout.writestr(info, zin.read(info), compress_type=zipfile.ZIP_LZMA)
+                bar.update(info.file_size)
+    before = wheel.stat().st_size
+    if buf.tell() < before:
+        atomic_write_bytes(wheel, buf.getvalue())
+    print(f"{wheel.name}: {before / 1e6:.1f} MB -> {wheel.stat().st_size / 1e6:.1f} MB")
+PY
+fi
+
+smoke=0
+for arg in "$@"; do [ "$arg" = --cpu-smoke ] && smoke=1; done
+if [ "$smoke" = 0 ]; then
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
+    if [ -z "$gpu" ]; then
+        echo "gpu_check: no GPU on this machine (nvidia-smi finds none): nothing to measure"
+        exit 0
+    fi
+fi
+
+[ -d "$site" ] && export PYTHONPATH="$PWD/$site${PYTHONPATH:+:$PYTHONPATH}"
+missing() {  # the wheels to install for the modules that fail to import (why, on stderr)
+    "$py" - <<'PY'
+import importlib, sys
+
+wanted = {"cshogi": "cshogi", "numba": "numba llvmlite", "tqdm": "tqdm", "filelock": "filelock"}
+names = []
+for module, wheels in wanted.items():
+    try:
+        importlib.import_module(module)
+    except Exception as e:
+        print(f"gpu_check: cannot import {module}: {type(e).__name__}: {str(e).strip().splitlines()[0]}",
+              file=sys.stderr)
+        names.append(wheels)
+print(" ".join(names))
+PY
+}
+need=$(missing)
+if [ -n "$need" ] && ls "$wheels"/*.whl >/dev/null 2>&1; then
+    echo "gpu_check: installing $need from $wheels into $site (pip --no-index --no-deps)"
+    # shellcheck disable=SC2086  # one word per package
+    "$py" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" \
+        --find-links "$wheels" $need || echo "gpu_check: pip did not install all of: $need"
+    case ":${PYTHONPATH:-}:" in *":$PWD/$site:"*) ;; *) export PYTHONPATH="$PWD/$site${PYTHONPATH:+:$PYTHONPATH}" ;; esac
+    export GPU_CHECK_INSTALLED="$need"
+    need=$(missing)
+fi
+if [ -n "$need" ]; then
+    echo "gpu_check: $need cannot be imported and $wheels has no wheels for them (this script's header says how to bring them)"
+    case " $need " in *" tqdm "*) exit 1 ;; esac  # gpu_check.py itself needs tqdm; the sections needing the others fail
+fi
+# the sections' budget is what is left less a margin (a --budget given here comes later and wins)
+exec timeout -k 10 $((limit - SECONDS)) "$py" bench/gpu_check.py --budget $((limit - SECONDS - 20)) "$@"
