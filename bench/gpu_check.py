@@ -193,7 +193,8 @@ def sec_speed(s: Sizes) -> dict[str, Any]:
                     ev.x1[:b], ev.x2[:b] = x1[:b], x2[:b]
                     calls = timed(lambda _, e=ev, n=b: e.evaluate(n), s.seconds)
                 row[f"{label}_rows_per_s"] = round(b * calls, 1)
-                row[f"{label}_vs_fp32"] = round(row[f"{label}_rows_per_s"] / row["fp32_rows_per_s"], 2)
+                if label != "fp32":
+                    row[f"{label}_vs_fp32"] = round(row[f"{label}_rows_per_s"] / row["fp32_rows_per_s"], 2)
             note("speed", f"{name} b{b}: fp32 {si(row['fp32_rows_per_s'])} rows/s, fp16 "
                  f"{si(row['fp16_rows_per_s'])} (x{row['fp16_vs_fp32']}), fp16+graphs "
                  f"{si(row['fp16_cuda_graphs_rows_per_s'])} (x{row['fp16_cuda_graphs_vs_fp32']})"
