@@ -74,8 +74,11 @@ def evaluators(net, onnx_path: Path, max_batch: int, quick: bool):
 
             built = create_evaluator(onnx_path, "trt", max_batch, engine_dir=onnx_path.parent, log=print)
             built.close()
-            yield built.name, lambda: create_evaluator(
-                onnx_path, "trt", max_batch, engine_dir=onnx_path.parent, log=lambda m: None
+            yield (
+                built.name,
+                lambda: create_evaluator(
+                    onnx_path, "trt", max_batch, engine_dir=onnx_path.parent, log=lambda m: None
+                ),
             )
         except Exception as e:  # said, not hidden: TensorRT is what a GPU user runs
             print(f"  tensorrt: not measured: {str(e).splitlines()[0][:200]}")
