@@ -58,7 +58,7 @@ def test_device_lists_parse():
         parse_devices("cuda:0,gpu1")
 
 
-KEY = engine_cache_key("ab" * 32, "NVIDIA H200 sm90", "10.3.0", 64, "fp16")
+KEY = engine_cache_key("ab" * 32, "NVIDIA H200 sm90", "10.3.0", 64, "fp16", "fp16-flag")
 
 
 def _slow_build(marker_dir: Path) -> bytes:
@@ -90,7 +90,7 @@ def test_concurrent_builders_of_one_engine_build_it_once(tmp_path):
 
 
 def test_the_engine_key_names_the_compute_capability():
-    other = engine_cache_key("ab" * 32, "NVIDIA H200 sm80", "10.3.0", 64, "fp16")
+    other = engine_cache_key("ab" * 32, "NVIDIA H200 sm80", "10.3.0", 64, "fp16", "fp16-flag")
     from engine.backends.trt_build import engine_file_name
 
     assert "sm90" in engine_file_name(KEY) and engine_file_name(other) != engine_file_name(KEY)
