@@ -115,8 +115,8 @@ def fresh_caches(root: Path) -> dict[str, str]:
 
 def isready(env: dict[str, str], model: Path) -> list[str]:
     """The lines a start answers from usi up to readyok, with the default options but the model."""
-    session = f"usi\nsetoption name DNN_Model value {model}\nisready\nquit\n"
-    proc = subprocess.run([ENGINE], input=session, env=env, capture_output=True, text=True, timeout=COLD_S)
+    dialogue = f"usi\nsetoption name DNN_Model value {model}\nisready\nquit\n"
+    proc = subprocess.run([ENGINE], input=dialogue, env=env, capture_output=True, text=True, timeout=COLD_S)
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0 and "readyok" in lines, proc.stdout[-2000:] + proc.stderr[-2000:]
     return lines[lines.index("usiok") + 1 : lines.index("readyok")]
