@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The learning loop's throughput, read from a run folder's state.json: per generation the self-play
-positions (and those with a policy target, what training reads), the hours of each step, the
+positions (and the policy targets of the self-play window it trained on), the hours of each step, the
 positions an hour of the whole generation and each step's share of its time.
 
   bench/loop_throughput.py runs/loop
@@ -51,7 +51,7 @@ def rows(state: dict) -> list[dict]:
 
 def report(table: list[dict]) -> list[str]:
     lines = [
-        f"{'gen':>4} {'games':>6} {'positions':>9} {'targets':>8} {'hours':>6} {'pos/h':>7}  "
+        f"{'gen':>4} {'games':>6} {'positions':>9} {'window':>8} {'hours':>6} {'pos/h':>7}  "
         "self-play / train / export / eval  gate"
     ]
     for r in table:
