@@ -72,3 +72,31 @@ def test_recipe_flags_reach_self_play(tmp_path):
     config = selfplay_config(cfg, 1, tmp_path / "sp", tmp_path / "model.onnx")
     assert (config.sims, config.full_fraction, config.fast_search_sims, config.int8) == (64, 0.25, 16, True)
     assert selfplay_config(tiny(tmp_path / "run"), 1, tmp_path / "sp", tmp_path / "m.onnx").capped is False
+
+
+def test_a_fixed_external_engine_is_an_elo_anchor_with_its_own_limit(tmp_path):
+    """--eval-engine (gpsshogi at a fixed depth, say) plays every generation with its own `go` limit:
+    an engine that aborts on `go nodes`, as gpsusi does, still finishes the match, and the generation's
+    line and plot carry it."""
+    from tests.test_match import fake_engine
+
+    first_legal = "cshogi.move_to_usi(next(iter(board.legal_moves)))"
+    engine = fake_engine(tmp_path, "no_nodes", f"sys.exit(3) if 'nodes' in w else {first_legal}")
+    run = tmp_path / "run"
+    cfg = tiny(
+        run, eval_engine=engine, eval_engine_option="LimitDepth=5", eval_engine_byoyomi=50, greedy=False
+    )
+    assert opponents(cfg, RunPaths(run), 1)["engine"].options == {"LimitDepth": "5"}
+    (row,) = run_loop(cfg, lambda _: None)
+    vs = row["vs_engine"]
+    assert vs["wins"] + vs["losses"] + vs["draws"] == cfg.eval_games
+    match = json.loads(RunPaths(run).state.read_text())["generations"]["1"]["eval"]["matches"]["engine"]
+    assert not {"crash", "timeout"} & set(match["reasons"])  # it played: never sent `go nodes`
+    assert RunPaths(run).plot.stat().st_size > 0
+    for bad, message in (
+        ({"eval_engine": engine}, "--eval-engine needs its search limit"),
+        ({"eval_engine": engine, "eval_engine_nodes": -1, "eval_engine_byoyomi": 5}, "limits must be"),
+        ({"eval_engine": engine, "eval_engine_byoyomi": 5, "eval_engine_option": "LimitDepth"}, "NAME=VALUE"),
+    ):
+        with pytest.raises(UserError, match=message):
+            tiny(run, **bad).validate()

@@ -23,7 +23,7 @@ from engine.match.arbiter import Game, MatchResult, play_game, write_csa
 from engine.match.openings import Opening, game_opening
 from engine.usi_client import EngineSpec, GoLimit, started
 from train.loop.config import LoopConfig
-from train.loop.steps import Interrupted, MatchPlayer, eval_limits
+from train.loop.steps import Interrupted, MatchPlayer
 
 MODEL_OPTION = "DNN_Model"
 WAIT_S = 1.0  # how often the driver looks at the stop event while the tasks play
@@ -71,12 +71,18 @@ def ray_matches(ray: Any, cfg: LoopConfig, stop: threading.Event) -> MatchPlayer
     """A `MatchPlayer` whose games are Ray tasks, one CPU each, as many as the cluster has CPUs."""
     task = ray.remote(play_games).options(num_cpus=1, max_retries=TASK_RETRIES)
 
-    def play(me: EngineSpec, other: EngineSpec, openings: Sequence[Opening], csa_dir: Path) -> MatchResult:
+    def play(
+        me: EngineSpec,
+        other: EngineSpec,
+        limits: Sequence[GoLimit],
+        openings: Sequence[Opening],
+        csa_dir: Path,
+    ) -> MatchResult:
         specs = [me, other]
         paths = {s.options[MODEL_OPTION] for s in specs if MODEL_OPTION in s.options}
         models = {p: ray.put(Path(p).read_bytes()) for p in paths}
         chunks = deal(cfg.eval_games, int(ray.cluster_resources().get("CPU", 1)))
-        args = (openings, eval_limits(cfg), cfg.eval_max_moves, cfg.eval_timeout)
+        args = (openings, limits, cfg.eval_max_moves, cfg.eval_timeout)
         refs = [task.remote(specs, models, chunk, *args) for chunk in chunks]
         pending = list(refs)
         while pending:

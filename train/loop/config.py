@@ -89,6 +89,10 @@ class LoopConfig:
     eval_batch: int = 16
     eval_timeout: float = 120.0
     anchor: int = 0  # a fixed reference generation every later one also plays (0: none besides gen 0)
+    eval_engine: str | None = None  # a fixed external USI engine every generation also plays (an Elo anchor)
+    eval_engine_option: str = ""  # its options, "NAME=VALUE,NAME=VALUE" (e.g. gpsshogi's LimitDepth=5)
+    eval_engine_byoyomi: int = 0  # its time per move (ms) ...
+    eval_engine_nodes: int = 0  # ... and/or node budget per move; 0 = not given
     gate: float = 0.0  # accept a generation only at this score against the best so far (0: every one)
     greedy: bool = True
     progress: bool = True
@@ -100,9 +104,10 @@ class LoopConfig:
         return out
 
     def usi_options(self) -> dict[str, str]:
-        from engine.usi_client import parse_usi_options
+        return option_dict(self.usi_option)
 
-        return parse_usi_options(item for item in self.usi_option.split(",") if item.strip())
+    def eval_engine_options(self) -> dict[str, str]:
+        return option_dict(self.eval_engine_option)
 
     def extra_paths(self) -> list[Path]:
         return path_list(self.extra_data)
@@ -112,6 +117,7 @@ class LoopConfig:
 
     def validate(self) -> None:
         self.schedules()
+        self.eval_engine_options()
         selfplay_config(self, 1, RunPaths(Path(self.dir)).selfplay(1), Path("model.onnx"))  # --usi-*
         checks = [
             (self.generations >= 1, "--generations must be >= 1"),
@@ -122,6 +128,14 @@ class LoopConfig:
             (self.eval_batch >= 1, "--eval-batch must be >= 1"),
             (self.eval_timeout > 0, "--eval-timeout must be > 0"),
             (self.anchor >= 0, "--anchor must be >= 0"),
+            (
+                self.eval_engine_byoyomi >= 0 and self.eval_engine_nodes >= 0,
+                "--eval-engine-* limits must be >= 0",
+            ),
+            (
+                not self.eval_engine or bool(self.eval_engine_byoyomi or self.eval_engine_nodes),
+                "--eval-engine needs its search limit: --eval-engine-byoyomi MS and/or --eval-engine-nodes N",
+            ),
             (self.window_positions >= 0, "--window-positions must be >= 0"),
             (0 <= self.gate < 1, "--gate must be a score in [0, 1)"),
             (not self.gate or self.eval_games > 0, "--gate needs evaluation games (--eval-games > 0)"),
@@ -147,6 +161,13 @@ class LoopConfig:
         run = Path(self.dir)
         if run.exists() and not run.is_dir():
             raise UserError(f"--dir {run}: not a directory")
+
+
+def option_dict(text: str) -> dict[str, str]:
+    """`NAME=VALUE,NAME=VALUE` (a comma-separated option) -> {name: value}; UserError if malformed."""
+    from engine.usi_client import parse_usi_options
+
+    return parse_usi_options(item for item in text.split(",") if item.strip())
 
 
 def path_list(text: str) -> list[Path]:

@@ -20,6 +20,7 @@ from train.loop.config import LoopConfig, LoopState, RunPaths, at_generation, se
 
 USI_ENGINE = REPO_ROOT / "bin" / "usi_engine"
 GREEDY_ENGINE = REPO_ROOT / "bin" / "greedy_usi"
+ENGINE = "engine"  # the opponents' key of --eval-engine
 
 
 class Interrupted(KeyboardInterrupt):
@@ -242,7 +243,8 @@ def model_engine(cfg: LoopConfig, model: Path, name: str) -> EngineSpec:
 
 def opponents(cfg: LoopConfig, paths: RunPaths, g: int) -> dict[str, EngineSpec]:
     """Previous generation (with --gate: the best so far), the random-init generation 0 and the --anchor
-    generation (each the same match as 'prev' when it is the previous one), the greedy player."""
+    generation (each the same match as 'prev' when it is the previous one), --eval-engine, the greedy
+    player."""
     best = best_before(cfg, paths, g)
     out = {"prev": model_engine(cfg, play_model(paths, best), f"gen{best}")}
     if best > 0:
@@ -251,18 +253,25 @@ def opponents(cfg: LoopConfig, paths: RunPaths, g: int) -> dict[str, EngineSpec]
         out["anchor"] = model_engine(cfg, play_model(paths, cfg.anchor), f"gen{cfg.anchor}")
     if cfg.init:
         out["random"] = model_engine(cfg, paths.random_onnx, "random-init")
+    if cfg.eval_engine:
+        out[ENGINE] = EngineSpec(cfg.eval_engine, cfg.eval_engine_options())
     if cfg.greedy:
         out["greedy"] = EngineSpec(str(GREEDY_ENGINE), {"Seed": str(cfg.seed + g)}, "greedy")
     return out
 
 
-MatchPlayer = Callable[[EngineSpec, EngineSpec, Sequence[Opening], Path], MatchResult]
-"""Plays `eval_games` games between two engines from the openings, writing one CSA file per game into
-the folder: here (`local_matches`) or as Ray tasks on a cluster (`train.loop.cluster_eval`)."""
+MatchPlayer = Callable[[EngineSpec, EngineSpec, Sequence[GoLimit], Sequence[Opening], Path], MatchResult]
+"""Plays `eval_games` games between two engines with their limits from the openings, writing one CSA file
+per game into the folder: here (`local_matches`) or as Ray tasks on a cluster (`train.loop.cluster_eval`)."""
 
 
-def eval_limits(cfg: LoopConfig) -> tuple[GoLimit, GoLimit]:
-    return (GoLimit(nodes=cfg.eval_nodes),) * 2
+def eval_limits(cfg: LoopConfig, opponent: str) -> tuple[GoLimit, GoLimit]:
+    """The evaluated generation's playouts and the opponent's: the same for a model, --eval-engine's own
+    limit for it (an external engine has no playouts)."""
+    ours = GoLimit(nodes=cfg.eval_nodes)
+    if opponent == ENGINE:
+        return ours, GoLimit(nodes=cfg.eval_engine_nodes or None, byoyomi=cfg.eval_engine_byoyomi or None)
+    return ours, ours
 
 
 @contextmanager
@@ -272,7 +281,11 @@ def local_matches(cfg: LoopConfig) -> Iterator[MatchPlayer]:
         running: dict[str, UsiProcess] = {}
 
         def play(
-            me: EngineSpec, other: EngineSpec, openings: Sequence[Opening], csa_dir: Path
+            me: EngineSpec,
+            other: EngineSpec,
+            limits: Sequence[GoLimit],
+            openings: Sequence[Opening],
+            csa_dir: Path,
         ) -> MatchResult:
             if me.label not in running:
                 (running[me.label],) = stack.enter_context(started([me], cfg.eval_timeout))
@@ -280,7 +293,7 @@ def local_matches(cfg: LoopConfig) -> Iterator[MatchPlayer]:
                 return play_match(
                     [running[me.label], engine],
                     cfg.eval_games,
-                    eval_limits(cfg),
+                    limits,
                     max_moves=cfg.eval_max_moves,
                     openings=openings,
                     csa_dir=csa_dir,
@@ -309,7 +322,7 @@ def step_eval(
             play = play or stack.enter_context(local_matches(cfg))
             for key, spec in todo.items():
                 log(f"gen {g}: {cfg.eval_games} games vs {spec.label} ({cfg.eval_nodes} nodes/move)")
-                result = play(me, spec, openings, paths.gen(g) / "eval" / key)
+                result = play(me, spec, eval_limits(cfg, key), openings, paths.gen(g) / "eval" / key)
                 log(f"gen {g}: {result}")
                 matches[key] = result.summary()
                 state.save()  # a finished match survives an interruption of the next one

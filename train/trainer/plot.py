@@ -81,11 +81,12 @@ def plot_file(jsonl: str | os.PathLike, png: str | os.PathLike) -> None:
 
 
 def plot_strength(rows: list[dict[str, Any]], png: Path) -> None:
-    """Elo (with 95% bars) over generations: the chained ladder, vs gen 0, vs the greedy player."""
+    """Elo (with 95% bars) over generations: the chained ladder, vs gen 0, the --anchor generation, the
+    --eval-engine, the random-init network and the greedy player."""
     fig, (ax, ax_loss) = plt.subplots(2, 1, figsize=(8, 8), sharex=True)
     gens = [r["generation"] for r in rows]
     series = [("ladder_elo", "ladder_error95", "ladder (chained vs previous)")]
-    series += [(f"vs_{k}", None, f"vs {k}") for k in ("gen0", "anchor", "random", "greedy")]
+    series += [(f"vs_{k}", None, f"vs {k}") for k in ("gen0", "anchor", "engine", "random", "greedy")]
     for key, err_key, label in series:
         pts = []
         for r in rows:
