@@ -4,6 +4,7 @@ SIGTERM leaves a folder that a rerun completes. Skipped without Ray (the `cluste
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -221,20 +222,20 @@ def test_evaluation_games_as_ray_tasks_are_the_local_match(cluster, model, tmp_p
     from engine.usi_client import EngineSpec
     from train.loop.cluster_eval import ray_matches
     from train.loop.config import LoopConfig
-    from train.loop.steps import USI_ENGINE, eval_limits, local_matches
+    from train.loop.steps import USI_ENGINE, EvalMatch, eval_limits, local_matches
 
     cfg = LoopConfig(eval_games=4, eval_nodes=1, eval_max_moves=24, eval_timeout=60.0, progress=False)
     options = {"DNN_Model": str(model), "Backend": "torch", "Search_Mode": "policy", "Threads": "1"}
     me, other = (EngineSpec(str(USI_ENGINE), options, name) for name in ("gen1", "gen0"))
     openings = random_openings(2, 4, seed=3)
-    limits = eval_limits(cfg, "prev")
+    match = EvalMatch(me, other, eval_limits(cfg, "prev"), openings, tmp_path / "ray")
     connect(cluster.address)
     try:
-        remote = ray_matches(ray, cfg, threading.Event())(me, other, limits, openings, tmp_path / "ray")
+        remote = ray_matches(ray, cfg, threading.Event())(match)
     finally:
         ray.shutdown()
     with local_matches(cfg) as play:
-        local = play(me, other, limits, openings, tmp_path / "local")
+        local = play(dataclasses.replace(match, csa_dir=tmp_path / "local"))
     assert remote.summary() == local.summary()
     assert remote.wins + remote.losses + remote.draws == 4
     assert not {"crash", "timeout"} & set(remote.summary()["reasons"])  # games played, not lost engines

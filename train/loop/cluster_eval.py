@@ -23,7 +23,7 @@ from engine.match.arbiter import Game, MatchResult, play_game, write_csa
 from engine.match.openings import Opening, game_opening
 from engine.usi_client import EngineSpec, GoLimit, started
 from train.loop.config import LoopConfig
-from train.loop.steps import Interrupted, MatchPlayer
+from train.loop.steps import EvalMatch, Interrupted, MatchPlayer
 
 MODEL_OPTION = "DNN_Model"
 WAIT_S = 1.0  # how often the driver looks at the stop event while the tasks play
@@ -71,25 +71,20 @@ def ray_matches(ray: Any, cfg: LoopConfig, stop: threading.Event) -> MatchPlayer
     """A `MatchPlayer` whose games are Ray tasks, one CPU each, as many as the cluster has CPUs."""
     task = ray.remote(play_games).options(num_cpus=1, max_retries=TASK_RETRIES)
 
-    def play(
-        me: EngineSpec,
-        other: EngineSpec,
-        limits: Sequence[GoLimit],
-        openings: Sequence[Opening],
-        csa_dir: Path,
-    ) -> MatchResult:
-        specs = [me, other]
+    def play(match: EvalMatch) -> MatchResult:
+        specs = [match.me, match.other]
         paths = {s.options[MODEL_OPTION] for s in specs if MODEL_OPTION in s.options}
         models = {p: ray.put(Path(p).read_bytes()) for p in paths}
         chunks = deal(cfg.eval_games, int(ray.cluster_resources().get("CPU", 1)))
-        args = (openings, limits, cfg.eval_max_moves, cfg.eval_timeout)
+        args = (match.openings, match.limits, cfg.eval_max_moves, cfg.eval_timeout)
         refs = [task.remote(specs, models, chunk, *args) for chunk in chunks]
         pending = list(refs)
         while pending:
             if stop.is_set():
                 for ref in pending:
                     ray.cancel(ref, force=True)
-                raise Interrupted(f"evaluation vs {other.label} stopped; a rerun plays that match again")
+                who = match.other.label
+                raise Interrupted(f"evaluation vs {who} stopped; a rerun plays that match again")
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_S)
         try:
             answers = ray.get(refs)
@@ -100,7 +95,7 @@ def ray_matches(ray: Any, cfg: LoopConfig, stop: threading.Event) -> MatchPlayer
         result = MatchResult(tuple(answers[0][0]))
         result.games = sorted((game for _, games in answers for game in games), key=lambda x: x.number)
         for game in result.games:
-            write_csa(csa_dir / f"game-{game.number + 1:04d}.csa", game, result.names)
+            write_csa(match.csa_dir / f"game-{game.number + 1:04d}.csa", game, result.names)
         return result
 
     return play

@@ -6,6 +6,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -260,9 +261,21 @@ def opponents(cfg: LoopConfig, paths: RunPaths, g: int) -> dict[str, EngineSpec]
     return out
 
 
-MatchPlayer = Callable[[EngineSpec, EngineSpec, Sequence[GoLimit], Sequence[Opening], Path], MatchResult]
-"""Plays `eval_games` games between two engines with their limits from the openings, writing one CSA file
-per game into the folder: here (`local_matches`) or as Ray tasks on a cluster (`train.loop.cluster_eval`)."""
+@dataclass(frozen=True)
+class EvalMatch:
+    """One evaluation match: the generation's engine against an opponent, each with its own `go` limit,
+    from the openings, one CSA file per game into the folder."""
+
+    me: EngineSpec
+    other: EngineSpec
+    limits: tuple[GoLimit, GoLimit]
+    openings: Sequence[Opening]
+    csa_dir: Path
+
+
+MatchPlayer = Callable[[EvalMatch], MatchResult]
+"""Plays a match's `eval_games` games: here (`local_matches`) or as Ray tasks on a cluster
+(`train.loop.cluster_eval`)."""
 
 
 def eval_limits(cfg: LoopConfig, opponent: str) -> tuple[GoLimit, GoLimit]:
@@ -280,23 +293,18 @@ def local_matches(cfg: LoopConfig) -> Iterator[MatchPlayer]:
     with ExitStack() as stack:
         running: dict[str, UsiProcess] = {}
 
-        def play(
-            me: EngineSpec,
-            other: EngineSpec,
-            limits: Sequence[GoLimit],
-            openings: Sequence[Opening],
-            csa_dir: Path,
-        ) -> MatchResult:
-            if me.label not in running:
-                (running[me.label],) = stack.enter_context(started([me], cfg.eval_timeout))
-            with started([other], cfg.eval_timeout) as (engine,):
+        def play(match: EvalMatch) -> MatchResult:
+            label = match.me.label
+            if label not in running:
+                (running[label],) = stack.enter_context(started([match.me], cfg.eval_timeout))
+            with started([match.other], cfg.eval_timeout) as (engine,):
                 return play_match(
-                    [running[me.label], engine],
+                    [running[label], engine],
                     cfg.eval_games,
-                    limits,
+                    match.limits,
                     max_moves=cfg.eval_max_moves,
-                    openings=openings,
-                    csa_dir=csa_dir,
+                    openings=match.openings,
+                    csa_dir=match.csa_dir,
                     progress=cfg.progress,
                 )
 
@@ -322,7 +330,8 @@ def step_eval(
             play = play or stack.enter_context(local_matches(cfg))
             for key, spec in todo.items():
                 log(f"gen {g}: {cfg.eval_games} games vs {spec.label} ({cfg.eval_nodes} nodes/move)")
-                result = play(me, spec, eval_limits(cfg, key), openings, paths.gen(g) / "eval" / key)
+                match = EvalMatch(me, spec, eval_limits(cfg, key), openings, paths.gen(g) / "eval" / key)
+                result = play(match)
                 log(f"gen {g}: {result}")
                 matches[key] = result.summary()
                 state.save()  # a finished match survives an interruption of the next one
