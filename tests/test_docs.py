@@ -90,6 +90,20 @@ def test_every_topic_page_is_linked_from_the_readme():
     assert [str(p.relative_to(REPO)) for p in pages if p.resolve() not in linked] == []
 
 
+def test_every_lab_notebook_entry_is_in_its_index():
+    """Each dated entry is a row of the index; each folder of a run's summaries is linked by an entry."""
+    notebook = REPO / "docs" / "experiments"
+
+    def linked(pages: list[Path]) -> set[Path]:
+        return {(notebook / t.partition("#")[0]).resolve() for page in pages for t in links(page)}
+
+    index = linked([notebook / "README.md"])
+    entries = sorted(p for p in notebook.glob("*.md") if p.name != "README.md")
+    assert [p.name for p in entries if p.resolve() not in index] == []
+    folders = [p for p in sorted(notebook.iterdir()) if p.is_dir()]
+    assert [p.name for p in folders if p.resolve() not in linked(entries)] == []
+
+
 def test_the_quick_start_holds_the_blocks_test_readme_runs():
     """The set-up chain with the main job, the test run and the training command, in that order, under
     the heading tests/test_readme.py reads; the README's length stays a front door's."""
