@@ -87,7 +87,9 @@ def test_a_fixed_external_engine_is_an_elo_anchor_with_its_own_limit(tmp_path):
         run, eval_engine=engine, eval_engine_option="LimitDepth=5", eval_engine_byoyomi=50, greedy=False
     )
     assert opponents(cfg, RunPaths(run), 1)["engine"].options == {"LimitDepth": "5"}
-    (row,) = run_loop(cfg, lambda _: None)
+    lines: list[str] = []
+    (row,) = run_loop(cfg, lines.append)
+    assert "gen 1: 2 games vs no_nodes (4 nodes/move; it: byoyomi 50)" in lines
     vs = row["vs_engine"]
     assert vs["wins"] + vs["losses"] + vs["draws"] == cfg.eval_games
     match = json.loads(RunPaths(run).state.read_text())["generations"]["1"]["eval"]["matches"]["engine"]

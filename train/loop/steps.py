@@ -287,6 +287,11 @@ def eval_limits(cfg: LoopConfig, opponent: str) -> tuple[GoLimit, GoLimit]:
     return ours, ours
 
 
+def limit_text(limit: GoLimit) -> str:
+    """`nodes 30000, byoyomi 100` for a log line."""
+    return ", ".join(f"{k} {v}" for k, v in limit.settings().items())
+
+
 @contextmanager
 def local_matches(cfg: LoopConfig) -> Iterator[MatchPlayer]:
     """Matches played here one after another, the evaluated engine started once for all of them."""
@@ -329,8 +334,10 @@ def step_eval(
         with ExitStack() as stack:
             play = play or stack.enter_context(local_matches(cfg))
             for key, spec in todo.items():
-                log(f"gen {g}: {cfg.eval_games} games vs {spec.label} ({cfg.eval_nodes} nodes/move)")
-                match = EvalMatch(me, spec, eval_limits(cfg, key), openings, paths.gen(g) / "eval" / key)
+                limits = eval_limits(cfg, key)
+                theirs = "" if limits[1] == limits[0] else "; it: " + limit_text(limits[1])
+                log(f"gen {g}: {cfg.eval_games} games vs {spec.label} ({cfg.eval_nodes} nodes/move{theirs})")
+                match = EvalMatch(me, spec, limits, openings, paths.gen(g) / "eval" / key)
                 result = play(match)
                 log(f"gen {g}: {result}")
                 matches[key] = result.summary()
