@@ -197,6 +197,8 @@ def test_torchrun_two_processes_match_one(data, tmp_path):
         env=env,
     )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
+    # one summary line, whole (two ranks printing at once interleaved theirs when stdout is unbuffered)
+    assert len(ddp.stdout.splitlines()) == 1 and json.loads(ddp.stdout)["steps"] == 6
     a = read_checkpoint(tmp_path / "one" / "checkpoint.pt")
     b = read_checkpoint(tmp_path / "two" / "checkpoint.pt")
     assert a["step"] == b["step"] == 6

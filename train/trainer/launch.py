@@ -61,7 +61,7 @@ def _forward_signals(proc: subprocess.Popen, received: list[int]) -> Iterator[No
 
 
 def _summary(stdout: str) -> dict[str, Any] | None:
-    """The JSON summary bin/train prints last (every rank prints one; they agree)."""
+    """The JSON summary bin/train prints last (rank 0 prints it)."""
     for line in reversed(stdout.splitlines()):
         try:
             found = json.loads(line)
