@@ -32,6 +32,18 @@ CHECKMATED = "4k4/4G4/4P4/9/9/9/9/9/4K4 w 2r2b3g4s4n4l17p 1"  # White to move, m
 MATE_IN_CHECK = "2gS1g1n1/L5k2/2N1L4/1ppp5/1g5P1/9/1P1P2L1L/2+r6/N1+b1KG1Nb w 3Pr3s9p 70"  # White in check
 MATED_IN_TWO = "8k/6+R2/p8/9/9/9/9/9/4K4 w G 1"  # White's one move (9c9d) allows G*1b mate; not in check
 NO_QUICK_MATE = "1n2k4/l2g1s3/p1ps1p+B2/4p1p2/9/5P1P1/PN2P1P1S/L1P6/1NK5L w RGNL3Prb2gs4p 74"  # df-pn: many s
+# Tsume problems as GUIs send them, the attacker (Black) without a king: (sfen, plies, first move). The first
+# move is each problem's published one, and the only first move that mates in that many plies (checked
+# with cshogi's df-pn over every legal move); the defence may have equal choices, so only the line's
+# length and its mate are asserted after it. Sources: tests/data/kif-diagram/README.md.
+TSUME = [
+    ("4k4/9/4P4/9/9/9/9/9/9 b G2r2b3g4s4n4l17p 1", 1, "G*5b"),  # head gold, the simplest mate
+    ("3sks3/9/4+P4/6+B2/9/9/9/9/9 b S2rb4gs4n4l17p 1", 3, "3d5b"),  # kifu_for_iphone.kif
+    ("9/7S1/5P1k1/7pP/6P2/9/2B6/9/9 b 2rb4g3s4n4l14p 1", 5, "1d1c+"),  # is-shogi-tsume.kif
+    ("6+Pnl/6Sk1/6sp1/9/8P/9/9/9/9 b GS2r2b3gs3n3l15p 1", 7, "S*1c"),  # taichitsume.kif
+    ("9/7Lk/6+B2/9/7N+P/9/9/9/9 b 2rb4g4s3n3l17p 1", 9, "2e1c+"),  # kanju-kemuri.kif, its last 9 plies
+]
+TSUME_NO_MATE = "4k4/9/9/9/9/9/9/9/9 b G2r2b3g4s4n4l18p 1"  # a lone gold cannot mate a bare king
 OPTION_DEFAULTS = {o.name: o.default for o in default_options()}
 # USI_OwnBook off: where gpsshogi's book is installed it is the default, and these tests are of the search
 FAST = {"DNN_Batch_Size": 4, "Backend": "torch", "PV_Interval": 100, "USI_OwnBook": "false"}
@@ -176,6 +188,28 @@ def test_go_mate_in_check_searches_the_evasions(engine):
     assert cshogi.Board(MATE_IN_CHECK).is_check()
     engine.position(sfen="sfen " + MATE_IN_CHECK)
     assert_mates(MATE_IN_CHECK, engine.go_mate(2000))
+
+
+@pytest.mark.parametrize(("sfen", "plies", "first"), TSUME, ids=[f"mate-in-{n}" for _, n, _ in TSUME])
+def test_go_mate_solves_tsume_without_the_attackers_king(engine, sfen, plies, first):
+    engine.position(sfen="sfen " + sfen)
+    line = engine.go_mate(10000)
+    assert line.split()[0] == first and len(line.split()) == plies, line
+    assert_mates(sfen, line)
+
+
+def test_a_kingless_position_gets_go_mate_and_one_line_for_a_normal_go(engine):
+    engine.position(sfen="sfen " + TSUME_NO_MATE)
+    assert engine.go_mate(5000) == "nomate"  # proven: df-pn runs out of moves, not of time
+    lines: list[str] = []
+    engine.position(sfen="sfen " + TSUME[0][0].replace(" b ", " w "))  # the defender to move
+    assert engine.go_mate(5000, listener=lines.append) == "nomate"  # Black has no king to mate
+    assert "info string go mate: Black has no king to mate" in lines
+    lines.clear()
+    engine.position(sfen="sfen " + TSUME[0][0])
+    assert engine.go(byoyomi=200, listener=lines.append)[0] == "resign"
+    errors = [line for line in lines if line.startswith("info string error")]
+    assert len(errors) == 1 and "a normal go needs both kings" in errors[0], lines
 
 
 def _latency(engine: Engine, command: str, answer: str) -> float:
@@ -502,6 +536,12 @@ def test_parsers():
         with pytest.raises(ValueError):
             check_sfen(bad)
     check_sfen(MATE_IN_3)
+    with pytest.raises(ValueError, match="exactly one king"):
+        check_sfen(TSUME_NO_MATE)
+    check_sfen(TSUME_NO_MATE, both_kings=False)  # a tsume problem, for go mate
+    for bad in ["9/9/9/9/9/9/9/9/9 b - 1", "4k4/9/9/9/9/9/9/9/3KK4 b - 1"]:
+        with pytest.raises(ValueError, match="at most one king"):
+            check_sfen(bad, both_kings=False)
 
 
 @given(

@@ -17,8 +17,10 @@ _RANK_RE = re.compile(r"(\+?[KRBGSNLPkrbgsnlp]|[1-9])")
 _HAND_RE = re.compile(r"(\d*)([RBGSNLPrbgsnlp])")
 
 
-def check_sfen(sfen: str) -> None:
-    """Raise ValueError unless `sfen` is a well-formed position cshogi can load safely."""
+def check_sfen(sfen: str, both_kings: bool = True) -> None:
+    """Raise ValueError unless `sfen` is a well-formed position cshogi can load safely. `both_kings`
+    False admits a tsume problem's position, where the attacker has no king (one side still needs one:
+    a mate search needs a king to mate)."""
     parts = sfen.split()
     if len(parts) not in (3, 4):
         raise ValueError(f"sfen needs board, side, hand and move number: {sfen!r}")
@@ -62,8 +64,10 @@ def check_sfen(sfen: str) -> None:
             file += 1
         if file != 9:
             raise ValueError(f"rank {rank!r} has {file} squares, not 9")
-    if kings != {"K": 1, "k": 1}:
+    if both_kings and kings != {"K": 1, "k": 1}:
         raise ValueError("each side needs exactly one king")
+    if max(kings.values()) > 1 or not any(kings.values()):
+        raise ValueError("each side needs at most one king, and one side a king")
     if hand != "-":
         tokens = _HAND_RE.findall(hand)
         if "".join(n + p for n, p in tokens) != hand:
@@ -75,8 +79,9 @@ def check_sfen(sfen: str) -> None:
             raise ValueError(f"too many {p.upper()} pieces ({n} > {_PIECE_MAX[p]})")
 
 
-def parse_position(args: list[str]) -> tuple[str, list[int]]:
-    """`position startpos|sfen <sfen> [moves ...]` -> (start sfen, legal moves as cshogi ints)."""
+def parse_position(args: list[str], both_kings: bool = True) -> tuple[str, list[int]]:
+    """`position startpos|sfen <sfen> [moves ...]` -> (start sfen, legal moves as cshogi ints);
+    `both_kings` as check_sfen's."""
     if not args:
         raise ValueError("position needs startpos or sfen")
     if "moves" in args:
@@ -88,7 +93,7 @@ def parse_position(args: list[str]) -> tuple[str, list[int]]:
         sfen = cshogi.STARTING_SFEN
     elif head and head[0] == "sfen":
         sfen = " ".join(head[1:])
-        check_sfen(sfen)
+        check_sfen(sfen, both_kings)
         if len(head) == 4:
             sfen += " 1"
     else:
@@ -104,6 +109,13 @@ def parse_position(args: list[str]) -> tuple[str, list[int]]:
         board.push(legal[usi])
         moves.append(legal[usi])
     return sfen, moves
+
+
+def sides_without_king(sfen: str) -> list[int]:
+    """The colours (cshogi.BLACK, cshogi.WHITE) without a king in a checked `sfen`: a tsume problem's
+    attacker. Kings are never captured, so the start position's answer holds after any moves."""
+    board = sfen.split()[0]
+    return [color for color, king in ((cshogi.BLACK, "K"), (cshogi.WHITE, "k")) if king not in board]
 
 
 def board_hcp(board: cshogi.Board) -> np.ndarray:

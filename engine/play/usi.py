@@ -9,7 +9,9 @@ two exceptions a GUI depends on: a `go` with a bad argument still searches with 
 `bestmove resign` (the engine does not know the position, and the last one may be the other side's).
 
 Mate searches (df-pn) run in a child process (engine/search/mate.py) with a wall-clock deadline, so `stop`,
-`quit` and the move's time limit are kept while they run.
+`quit` and the move's time limit are kept while they run. `position` also takes a tsume problem's
+position, where the attacker has no king: `go mate` solves it, a normal `go` says in one line that it
+needs both kings and resigns (the network and the search's mate probes assume two kings).
 
 A model that fails to load is reported at `isready` (`info string error: <path>: ...`) and the
 engine still answers `readyok` (a GUI that gets no readyok hangs or kills the engine); every later
@@ -36,7 +38,7 @@ import numpy as np
 from engine.backends.evaluator import Evaluator
 from engine.core.features import fill_features
 from engine.core.moves import legal_moves_and_labels
-from engine.core.position import board_after, parse_position
+from engine.core.position import board_after, parse_position, sides_without_king
 from engine.core.score import value_to_eval
 from engine.paths import REPO_ROOT
 from engine.play import timeman
@@ -50,6 +52,8 @@ from engine.play.preparing import Progress, heartbeat, kernel_cache_dir
 from engine.search.control import PuctResult, SearchControl
 from engine.search.mate import MAX_DEPTH, MateResult, MateSearcher, mated_in_two
 from engine.search.puct import Search, policy_move
+
+_COLOR_NAMES = {cshogi.BLACK: "Black", cshogi.WHITE: "White"}
 
 # ----- the engine -----
 
@@ -184,7 +188,7 @@ class UsiEngine:
 
     def cmd_position(self, args: list[str]) -> None:
         try:
-            self.position = parse_position(args)
+            self.position = parse_position(args, both_kings=False)  # a tsume problem's too: go mate
         except ValueError as e:
             self.position_error = f"position: {e}"
             self.error(f"{self.position_error} (the next go resigns)")
@@ -305,6 +309,10 @@ class UsiEngine:
             self.error(f"{t.rejected}; no mate search")
             self.send("checkmate timeout")
             return
+        if 1 - t.turn in sides_without_king(t.position[0]):
+            self.info_string(f"go mate: {_COLOR_NAMES[1 - t.turn]} has no king to mate")
+            self.send("checkmate nomate")
+            return
         try:
             deadline = None if t.go.mate < 0 else t.control.start + t.go.mate / 1000
             depth = self.values["Mate_Root_Search"] or MAX_DEPTH
@@ -324,6 +332,12 @@ class UsiEngine:
         try:
             if t.rejected:
                 self.error(f"{t.rejected}; resigning rather than playing a move for another position")
+                answer = "bestmove resign"
+            elif missing := sides_without_king(t.position[0]):
+                self.error(
+                    f"go: a normal go needs both kings, and {_COLOR_NAMES[missing[0]]} has none here "
+                    "(a tsume problem: go mate solves it); resigning"
+                )
                 answer = "bestmove resign"
             else:
                 answer = self._decide(t, board, *t.position)
