@@ -1,11 +1,15 @@
-"""The games `bin/analyze` reads: CSA and KIF files (cshogi's parsers), USI `position` lines (in a file, or
-given as the argument itself), and folders of such files (a match's CSA output).
+"""The games `bin/analyze` reads: CSA and KIF files (cshogi's parsers; a KIF's board diagram by
+engine.analysis.bod), USI `position` lines (in a file, or given as the argument itself), and folders of
+such files (a match's CSA output).
 
 Every record is read whole and replayed move by move before any analysis starts, so a damaged record,
 an unknown format or an empty folder is one line naming the file (and the move or line) and nothing is
 written. A match's CSA file starts after its opening and names the opening's moves in a comment; the
 game is then read from the start position with the opening in front (not judged: the players did not
 choose it), so its KIF has the standard start that every KIF reader knows.
+
+A tsume problem's position (the attacker has no king) is read like any other, and refused by read_games:
+the engine judges positions with both kings (its `go mate` solves such a problem).
 """
 
 from __future__ import annotations
@@ -18,15 +22,17 @@ import cshogi
 import cshogi.CSA
 import cshogi.KIF
 
-from engine.core.position import check_sfen, parse_position
+from engine.analysis.bod import read_diagram
+from engine.core.position import check_sfen, parse_position, sides_without_king
 from engine.errors import UserError
 
 RECORD_SUFFIXES = (".csa", ".kif", ".kifu", ".usi", ".sfen")
-_KIF_MOVE_LINE = re.compile(r"^\s*\d+\s+\S")
+_KIF_MOVE_LINE = re.compile(r"^\s*[0-9]+\s+\S")
 _KIF_END_WORDS = ("中断", "投了", "持将棋", "千日手", "詰み", "切れ負け", "反則勝ち", "反則負け", "入玉勝ち")
 _OPENING = re.compile(r"opening: ([0-9a-zA-Z*+ ]+)")
 _WINNERS = {cshogi.BLACK_WIN: cshogi.BLACK, cshogi.WHITE_WIN: cshogi.WHITE}
 _MOVER_LOSES = ("%TORYO", "%TSUMI", "%TIME_UP", "%ILLEGAL_MOVE")  # the side to move at the end lost
+_COLOR_NAMES = ("Black", "White")
 
 
 @dataclass
@@ -65,6 +71,12 @@ def read_games(inputs: list[str]) -> list[Game]:
             games += _usi_games([text], "position", text)
         else:
             raise UserError(f"{text}: no such file or folder (nor a USI position line)")
+    for g in games:
+        if missing := sides_without_king(g.sfen):
+            raise UserError(
+                f"{g.source}: a tsume problem (no {_COLOR_NAMES[missing[0]]} king): the analysis needs both "
+                "kings; bin/usi_engine's go mate solves it"
+            )
     _distinct_names(games)
     return games
 
@@ -125,13 +137,18 @@ def _winner(parsed: int | None, end: str | None, sfen: str, moves: list[int]) ->
     return turn if end == "%KACHI" else None
 
 
-def _replay(path: Path, sfen: str, moves: list[int], label: str) -> None:
-    """UserError naming the first move of `moves` that is not legal from `sfen`."""
+def _start_board(path: Path, sfen: str) -> cshogi.Board:
+    """The record's start position (a tsume problem's too); UserError for one cshogi cannot load."""
     try:
-        check_sfen(sfen)  # cshogi aborts the process on a malformed sfen
+        check_sfen(sfen, both_kings=False)  # cshogi aborts the process on a malformed sfen
     except ValueError as e:
         raise UserError(f"{path}: no usable start position ({e})") from None
-    board = cshogi.Board(sfen)
+    return cshogi.Board(sfen)
+
+
+def _replay(path: Path, sfen: str, moves: list[int], label: str) -> None:
+    """UserError naming the first move of `moves` that is not legal from `sfen`."""
+    board = _start_board(path, sfen)
     for i, move in enumerate(moves):
         if move not in set(board.legal_moves):
             csa = cshogi.move_to_csa(move) if move else None  # cshogi's parser gives 0 for an impossible move
@@ -176,20 +193,32 @@ def _with_opening(game: Game, comment: str) -> Game:
 
 
 def _kif_game(path: Path, text: str) -> Game:
-    """A KIF game: the header by cshogi's parser, the moves read here line by line, so that a line that is
-    not a legal move is named (the parser skips it silently). Variations after the main line are left."""
+    """A KIF game: the start position from its board diagram, else its 手合割 (cshogi's parser, which also
+    reads the names and the result from the other header lines); the moves read here line by line, so
+    that a line that is not a legal move is named (the parser skips it silently). Variations after the
+    main line are left."""
+    lines = text.splitlines()
     try:
-        p = cshogi.KIF.Parser.parse_str(text)
+        diagram = read_diagram(lines)
+    except ValueError as e:
+        raise UserError(f"{path}: not a readable board diagram ({e})") from None
+    used = diagram.lines if diagram else frozenset()
+    header = [
+        line
+        for i, line in enumerate(lines)
+        if i not in used and not _KIF_MOVE_LINE.match(line) and not (diagram and line.startswith("手合割"))
+    ]  # the parser would replay the moves from its own start, and knows no 手合割 of a diagram (その他)
+    try:
+        p = cshogi.KIF.Parser.parse_str("\n".join(header))
     except (cshogi.KIF.ParserException, ValueError, KeyError, IndexError) as e:
         raise UserError(f"{path}: not a readable KIF record ({e})") from None
-    if any(line.startswith("|") for line in text.splitlines()):
-        raise UserError(f"{path}: a KIF that starts from a board diagram is not supported; give it as CSA")
-    board = cshogi.Board(p.sfen)
+    sfen = diagram.sfen if diagram else p.sfen
+    board = _start_board(path, sfen)
     moves: list[int] = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         if line.startswith("変化"):
             break
-        if not _KIF_MOVE_LINE.match(line) or line.split()[1].startswith(_KIF_END_WORDS):
+        if number - 1 in used or not _KIF_MOVE_LINE.match(line) or line.split()[1].startswith(_KIF_END_WORDS):
             continue
         move, _, _ = cshogi.KIF.Parser.parse_move_str(line, board)
         if not move or move not in set(board.legal_moves):
@@ -198,7 +227,7 @@ def _kif_game(path: Path, text: str) -> Game:
         moves.append(move)
     names = (p.names[0] or "", p.names[1] or "")
     return Game(
-        path.stem, str(path), p.sfen, moves, names, 0, p.endgame, _winner(p.win, p.endgame, p.sfen, moves)
+        path.stem, str(path), sfen, moves, names, 0, p.endgame, _winner(p.win, p.endgame, sfen, moves)
     )
 
 
@@ -209,7 +238,7 @@ def _usi_games(lines: list[str], stem: str, source: str) -> list[Game]:
     for n, words in found:
         args = words[1:] if words[0] == "position" else words
         try:
-            sfen, moves = parse_position(args)
+            sfen, moves = parse_position(args, both_kings=False)
         except ValueError as e:
             where = f"{source}: line {n}" if len(lines) > 1 else source
             raise UserError(f"{where}: {e}") from None
