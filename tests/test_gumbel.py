@@ -113,3 +113,34 @@ def test_top_k_considered():
     mask = gumbel.top_k_considered(np.zeros(5), np.array([0.0, 3.0, 1.0, 2.0, -1.0]), 2)
     np.testing.assert_array_equal(mask, [False, True, False, True, False])
     assert gumbel.top_k_considered(np.zeros(3), np.zeros(3), 16).all()
+
+
+def test_absolute_q_keeps_small_differences_small():
+    """Min-max rescaling stretches any spread to [0, 1]; absolute Q leaves win probabilities as they are,
+    so two moves 0.02 apart end 1.3 logits apart at c_scale 1 and 50 + 15 visits, not 65."""
+    q = np.array([0.50, 0.52])
+    np.testing.assert_allclose(gumbel.transform_q(q, rescale=True), [0.0, 1.0])
+    np.testing.assert_allclose(gumbel.transform_q(q, rescale=False), q)
+    gap = np.diff(gumbel.sigma(gumbel.transform_q(q, rescale=False), 15, 50.0, 1.0))
+    assert gap[0] == pytest.approx(0.02 * 65)
+
+
+def test_visit_policy():
+    np.testing.assert_allclose(gumbel.visit_policy(np.array([0, 3, 1])), [0.0, 0.75, 0.25])
+
+
+def test_root_values_hand_computed():
+    """Three moves: a (4 visits, Q 0.7), b (1 visit, Q 0.2), c unvisited; the network said 0.5."""
+    q = np.array([0.7, 0.2, 0.0])
+    visits = np.array([4, 1, 0])
+    probs = np.array([0.5, 0.3, 0.2])
+    improved = np.array([0.8, 0.1, 0.1])
+    args = (q, visits, probs, 0.5, improved, 0)
+    # mean: (0.5 + 4 * 0.7 + 0.2) / 6, dragged down by b's visit and the network's value
+    assert gumbel.root_value("mean", *args) == pytest.approx(3.5 / 6)
+    # policy: c's completed Q is v_mix = (0.5 + 5 * (0.5 * 0.7 + 0.3 * 0.2) / 0.8) / 6
+    v_mix = (0.5 + 5 * (0.35 + 0.06) / 0.8) / 6
+    assert gumbel.root_value("policy", *args) == pytest.approx(0.8 * 0.7 + 0.1 * 0.2 + 0.1 * v_mix)
+    assert gumbel.root_value("chosen", *args) == pytest.approx(0.7)
+    with pytest.raises(ValueError, match="value target"):
+        gumbel.root_value("best", *args)

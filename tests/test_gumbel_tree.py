@@ -52,6 +52,53 @@ def test_fast_search_agrees_with_reference(evaluator, positions, sims, considere
     assert searched >= 12
 
 
+@pytest.mark.parametrize(
+    "targets",
+    [
+        {"c_scale": 0.1},
+        {"rescale": False},
+        {"policy_target": "visits", "value_target": "policy"},
+        {"c_scale": 0.1, "value_target": "chosen"},
+    ],
+)
+def test_fast_search_agrees_with_reference_for_every_target_setting(evaluator, positions, targets):
+    """The target settings change the search (sigma in every choice) and what it returns; both
+    searches must still agree move for move and target for target."""
+    params = GumbelParams(sims=32, considered=16, max_moves=200, **targets)
+    for i, board in enumerate(positions[:6]):
+        if not board.is_game_over():
+            _assert_same(*_both(board, evaluator, params, seed=i))
+
+
+def test_value_targets_from_one_search(evaluator, positions):
+    """The three values come from the same search (the settings leave the moves alone): the chosen
+    move's Q is at least the mean over every simulation's root action when it is the most visited,
+    and the improved policy's expectation lies between the smallest and largest completed Q."""
+    board = next(b for b in positions[4:] if not b.is_game_over())
+    results = {
+        kind: search_position(board, evaluator, GumbelParams(sims=64, value_target=kind, root_lines=True),
+                              np.random.default_rng(3), EvalCache(500), search_type=TreeSearch)
+        for kind in ("mean", "policy", "chosen")
+    }  # fmt: skip
+    mean, policy, chosen = (results[k] for k in ("mean", "policy", "chosen"))
+    assert mean.choice == policy.choice == chosen.choice
+    np.testing.assert_array_equal(mean.policy, chosen.policy)
+    assert chosen.value == pytest.approx(chosen.q[chosen.choice])
+    visited = chosen.q[chosen.visits > 0]
+    assert visited.min() - 1e-9 <= policy.value <= visited.max() + 1e-9
+    assert len({round(r.value, 9) for r in results.values()}) == 3
+
+
+def test_visit_count_targets_are_the_root_visits(evaluator, positions):
+    board = next(b for b in positions[2:] if not b.is_game_over())
+    params = GumbelParams(sims=32, policy_target="visits", root_lines=True)
+    r = search_position(
+        board, evaluator, params, np.random.default_rng(0), EvalCache(500), search_type=TreeSearch
+    )
+    np.testing.assert_allclose(r.policy, r.visits / r.visits.sum())
+    assert r.visits.sum() == 32
+
+
 def test_agrees_with_flat_priors_and_exact_leaves():
     """Flat logits make every comparison a tie (first index wins in both); a mate in one and the
     move limit give exact leaves."""

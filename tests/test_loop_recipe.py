@@ -102,3 +102,48 @@ def test_a_fixed_external_engine_is_an_elo_anchor_with_its_own_limit(tmp_path):
     ):
         with pytest.raises(UserError, match=message):
             tiny(run, **bad).validate()
+
+
+def test_target_and_trainer_flags_reach_self_play_and_training(tmp_path, monkeypatch):
+    """bin/loop's target settings reach every generation's search, and --hcpe3-average, --mirror,
+    --ema and --val-lambda reach its training, as bin/selfplay and bin/train take them."""
+    import importlib.machinery
+    import importlib.util
+    import shutil
+
+    import train.trainer.run
+    from tests.conftest import REPO
+    from train.loop.config import selfplay_config
+    from train.loop.steps import Interrupted, step_train
+
+    loader = importlib.machinery.SourceFileLoader("bin_loop", str(REPO / "bin" / "loop"))
+    bin_loop = importlib.util.module_from_spec(importlib.util.spec_from_loader("bin_loop", loader))
+    loader.exec_module(bin_loop)
+    flags = "--c-scale 0.1 --q-transform absolute --policy-target visits --value-target chosen"
+    flags += " --hcpe3-average --mirror 0.5 --ema 0.99 --val-lambda 1"
+    args = vars(bin_loop.parser().parse_args(["--dir", str(tmp_path / "run"), *flags.split()]))
+    names = "c_scale q_transform policy_target value_target hcpe3_average mirror ema val_lambda".split()
+    cfg = LoopConfig(**{**tiny(tmp_path / "run").__dict__, **{k: args[k] for k in names}})
+    params = selfplay_config(cfg, 1, tmp_path / "sp", tmp_path / "m.onnx").search_params()
+    assert (params.c_scale, params.rescale, params.policy_target, params.value_target) == (
+        0.1, False, "visits", "chosen",
+    )  # fmt: skip
+    assert (
+        selfplay_config(cfg, 1, tmp_path / "sp", tmp_path / "m.onnx").search_params(fast=True).rescale
+        is False
+    )
+    seen = {}
+
+    def fake_train(config):
+        seen.update(vars(config))
+        return {"finished": False, "stopped_by": "test"}
+
+    monkeypatch.setattr(train.trainer.run, "train", fake_train)
+    sp = RunPaths(tmp_path / "run").selfplay(1)
+    sp.mkdir(parents=True)
+    shutil.copy(next((REPO / "models" / "heldout" / "miniosl-seed2").glob("*.hcpe3")), sp / "games.hcpe3")
+    with pytest.raises(Interrupted, match="training stopped"):
+        step_train(cfg, RunPaths(tmp_path / "run"), 1, lambda _: None)
+    assert (seen["hcpe3_average"], seen["mirror"], seen["ema"], seen["val_lambda"]) == (True, 0.5, 0.99, 1.0)
+    with pytest.raises(SystemExit):
+        bin_loop.parser().parse_args(["--value-target", "best"])

@@ -117,6 +117,31 @@ def test_gumbel_mode_is_the_selfplay_search(evaluator, sfen):
         np.testing.assert_allclose(s.gumbel_result.policy, ref.policy, rtol=1e-9, atol=1e-12)
 
 
+def test_gumbel_mode_takes_the_target_settings_from_its_options(evaluator):
+    """Gumbel_C_Scale (percent) and Gumbel_Q_Rescale reach the engine's Gumbel search: its policy is
+    self-play's for the same settings, and differs from the default's."""
+    from engine.play.options import default_options, search_params
+
+    values = {o.name: o.default for o in default_options()}
+    values.update(Search_Mode="gumbel", Gumbel_C_Scale=10, Gumbel_Q_Rescale=False)
+    params = search_params(values)
+    assert (params.gumbel_c_scale, params.gumbel_rescale) == (0.1, False)
+    policies = []
+    for p in (params, PuctParams(mode="gumbel", leaf_mate_plies=params.leaf_mate_plies)):
+        s = Search(evaluator, p, batch_size=4)
+        s.set_position(MIDDLE_GAME, [])
+        s.run(SearchControl(max_playouts=32), rng=np.random.default_rng(0))
+        policies.append(s.gumbel_result.policy)
+    ref = search_position(
+        cshogi.Board(MIDDLE_GAME), evaluator,
+        GumbelParams(sims=32, c_scale=0.1, rescale=False, max_moves=None, noise=False,
+                     leaf_mate_plies=params.leaf_mate_plies),
+        np.random.default_rng(0),
+    )  # fmt: skip
+    np.testing.assert_allclose(policies[0], ref.policy, rtol=1e-9, atol=1e-12)
+    assert np.abs(policies[0] - policies[1]).max() > 1e-3
+
+
 def test_gumbel_noise_is_off_in_play_unless_asked(evaluator):
     def search(seed, noise):
         s = Search(evaluator, PuctParams(mode="gumbel", gumbel_noise=noise), batch_size=4)

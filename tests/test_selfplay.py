@@ -16,6 +16,7 @@ from engine.backends.torch_evaluator import TorchEvaluator
 from engine.core.moves import NUM_MOVE_LABELS, labels_from_move16
 from engine.core.network import build, preset, save_checkpoint
 from engine.core.rules import RESULT_MASK, terminal
+from engine.errors import UserError
 from engine.records.hcpe3_games import iter_hcpe3_games
 from engine.search.gumbel_search import GumbelParams, GumbelSearch, search_position
 from engine.search.gumbel_tree import TreeSearch
@@ -302,3 +303,21 @@ def test_bad_playout_cap_is_a_user_error(tmp_path, settings, message):
 
     with pytest.raises(UserError, match=message):
         run_selfplay(SelfPlayConfig(out_dir=tmp_path, sims=32, **settings))
+
+
+def test_target_settings_reach_the_search_and_are_checked(tmp_path):
+    config = SelfPlayConfig(
+        out_dir=tmp_path / "sp",
+        c_scale=0.1,
+        q_transform="absolute",
+        policy_target="visits",
+        value_target="policy",
+    )
+    config.validate()
+    for fast in (False, True):
+        p = config.search_params(fast)
+        assert (p.c_scale, p.rescale, p.policy_target, p.value_target) == (0.1, False, "visits", "policy")
+    for bad, flag in (("q_transform", "--q-transform"), ("policy_target", "--policy-target"),
+                      ("value_target", "--value-target")):  # fmt: skip
+        with pytest.raises(UserError, match=flag):
+            SelfPlayConfig(out_dir=tmp_path / "sp", **{bad: "rescaled"}).validate()

@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -64,9 +65,17 @@ def test_learns_a_learnable_task(data, tmp_path):
     # the saved model, measured again from its file, scores what training reported for it
     test_set = [str(data / "test.hcpe")]
     again = evaluate_checkpoint(out / "model.pt", test_set, tmp_path / "cache", batch_size=64)
-    for key in ("test_policy_acc", "test_value_acc", "test_policy_loss", "test_value_loss"):
+    for key in (
+        "test_policy_acc",
+        "test_value_acc",
+        "test_policy_loss",
+        "test_value_loss",
+        "test_policy_entropy",
+    ):
         assert again[key] == pytest.approx(test_rows[-1][key], rel=1e-4, abs=1e-5)
     assert again["test_positions"] == 400
+    # the policy's entropy: a trained net is far from uniform over the 2187 labels, and not one-hot
+    assert 0.05 < again["test_policy_entropy"] < 0.9 * math.log(2187)
     r = run_cli("--evaluate", out / "model.pt", "--test", *test_set, "--cache-dir", tmp_path / "cache")
     assert r.returncode == 0, r.stderr
     printed = json.loads(r.stdout)

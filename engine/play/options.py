@@ -8,6 +8,7 @@ from typing import Any
 from engine.backends.choose import BACKENDS, default_model_path
 from engine.core.moves import MAX_LEGAL_MOVES
 from engine.play.book import default_book_path
+from engine.search import gumbel
 from engine.search.mate import MAX_DEPTH, MAX_LEAF_PLIES
 from engine.search.puct import SEARCH_MODES, PuctParams
 
@@ -80,6 +81,8 @@ def default_options() -> list[Option]:
         Option("Gumbel_Simulations", "spin", 64, 2, 100000),
         Option("Gumbel_Considered", "spin", 16, 2, 64),
         Option("Gumbel_Noise", "check", False),  # the root's Gumbel noise (self-play's exploration)
+        Option("Gumbel_C_Scale", "spin", round(gumbel.C_SCALE * 100), 0, 10000),  # percent: sigma's c_scale
+        Option("Gumbel_Q_Rescale", "check", gumbel.RESCALE),  # sigma of min-max rescaled Q, else absolute Q
         Option("Policy_Temperature", "spin", 0, 0, 1000),  # percent; 0 = greedy
         Option("C_init", "spin", 144, 0, 500),
         Option("C_base", "spin", 28288, 10000, 100000),
@@ -128,5 +131,7 @@ def search_params(values: dict[str, Any]) -> PuctParams:
         mode=v["Search_Mode"],
         gumbel_considered=v["Gumbel_Considered"],
         gumbel_noise=v["Gumbel_Noise"],
+        gumbel_c_scale=v["Gumbel_C_Scale"] / 100,
+        gumbel_rescale=v["Gumbel_Q_Rescale"],
         multipv=v["MultiPV"],
     )

@@ -13,6 +13,10 @@ import numpy as np
 
 C_VISIT = 50.0
 C_SCALE = 1.0
+RESCALE = True  # sigma of min-max rescaled Q (mctx's qtransform_completed_by_mix_value)
+Q_TRANSFORMS = ("minmax", "absolute")  # sigma's input: rescale_q's, or Q as it is (RESCALE False)
+POLICY_TARGETS = ("improved", "visits")  # what a search writes as its policy target
+VALUE_TARGETS = ("mean", "policy", "chosen")  # what it writes as the position's value (hcpe3 eval)
 _LOW_LOGIT = -1e9  # mctx clamps scores so a -inf logit cannot tie with the -inf eligibility penalty
 _EPS = 1e-8
 
@@ -63,6 +67,12 @@ def rescale_q(q: np.ndarray) -> np.ndarray:
     q = np.asarray(q, dtype=np.float64)
     lo = q.min()
     return (q - lo) / max(q.max() - lo, _EPS)
+
+
+def transform_q(q: np.ndarray, rescale: bool = True) -> np.ndarray:
+    """sigma's input: completed Q min-max rescaled over the node's moves (mctx), or with `rescale` off
+    the win probabilities as they are (absolute Q in [0, 1]: a small difference stays small)."""
+    return rescale_q(q) if rescale else np.asarray(q, dtype=np.float64)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -151,3 +161,30 @@ def top_k_considered(gumbel: np.ndarray, logits: np.ndarray, m: int) -> np.ndarr
     mask = np.zeros(len(scores), dtype=bool)
     mask[np.argpartition(-scores, k - 1)[:k]] = True
     return mask
+
+
+def visit_policy(visits: np.ndarray) -> np.ndarray:
+    """The root's visit counts normalised: AlphaZero's policy target (zero visits get zero share)."""
+    visits = np.asarray(visits, dtype=np.float64)
+    return visits / visits.sum()
+
+
+def root_value(
+    kind: str, q: np.ndarray, visits: np.ndarray, probs: np.ndarray, v_net: float, improved: np.ndarray,
+    choice: int,
+) -> float:  # fmt: skip
+    """The root's value as a training target, the root side's win probability.
+
+    mean: mctx's node value, (v_net + sum W) / (1 + sum N); sequential halving spends most visits on
+    moves it then drops, so this sits below the value of the move played. policy: the improved
+    policy's expectation of the completed Q, sum pi'(a) q(a). chosen: the played move's Q.
+    """
+    visits = np.asarray(visits)
+    q = np.asarray(q, dtype=np.float64)
+    if kind == "mean":
+        return (float(v_net) + float((q * visits).sum())) / (1.0 + float(visits.sum()))
+    if kind == "policy":
+        return float((np.asarray(improved) * completed_q(q, visits, probs, v_net)).sum())
+    if kind == "chosen":
+        return float(q[choice]) if visits[choice] else float(v_net)
+    raise ValueError(f"value target must be one of {', '.join(VALUE_TARGETS)} (got {kind!r})")

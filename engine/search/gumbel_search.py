@@ -41,11 +41,24 @@ class GumbelParams:
     considered: int = 16
     c_visit: float = gumbel.C_VISIT
     c_scale: float = gumbel.C_SCALE
+    rescale: bool = gumbel.RESCALE  # sigma of min-max rescaled Q (mctx); False: of Q as it is
+    policy_target: str = "improved"  # gumbel.POLICY_TARGETS: the improved policy, or the visit counts
+    value_target: str = "mean"  # gumbel.VALUE_TARGETS: the value a search returns (written as eval)
     max_moves: int | None = DEFAULT_MAX_MOVES
     draw_value: float = 0.5  # a draw's value for the side to move at the root (1 - it for the other)
     noise: bool = True  # Gumbel noise at the root (self-play explores; play may turn it off)
     leaf_mate_plies: int = 1  # mate probe at each new leaf (engine.search.mate.leaf_mate_value)
     root_lines: bool = False  # the fast search records each root move's visits, value and line (MultiPV)
+
+    def __post_init__(self) -> None:
+        if self.policy_target not in gumbel.POLICY_TARGETS:
+            raise ValueError(
+                f"policy_target must be one of {gumbel.POLICY_TARGETS} (got {self.policy_target!r})"
+            )
+        if self.value_target not in gumbel.VALUE_TARGETS:
+            raise ValueError(
+                f"value_target must be one of {gumbel.VALUE_TARGETS} (got {self.value_target!r})"
+            )
 
 
 class LeafBatch:
@@ -106,13 +119,12 @@ class GumbelNode:
     def q(self) -> np.ndarray:
         return self.child_w / np.maximum(self.child_n, 1)
 
-    def q_hat(self) -> np.ndarray:
-        """Completed Q, min-max rescaled: the input of sigma for both root and interior choices."""
-        return gumbel.rescale_q(gumbel.completed_q(self.q(), self.child_n, self.priors, self.value))
-
-    def mean_value(self) -> float:
-        """mctx's node value: the network value averaged with every simulation through the node."""
-        return (self.value + float(self.child_w.sum())) / (1.0 + float(self.child_n.sum()))
+    def q_hat(self, rescale: bool = True) -> np.ndarray:
+        """Completed Q, transformed (gumbel.transform_q): the input of sigma for both root and
+        interior choices."""
+        return gumbel.transform_q(
+            gumbel.completed_q(self.q(), self.child_n, self.priors, self.value), rescale
+        )
 
 
 @dataclass
@@ -131,6 +143,16 @@ class GumbelResult:
     visits: np.ndarray | None = None
     q: np.ndarray | None = None
     lines: dict[int, list[int]] = field(default_factory=dict)
+
+
+def root_targets(
+    params: GumbelParams, improved: np.ndarray, q: np.ndarray, visits: np.ndarray, probs: np.ndarray,
+    v_net: float, choice: int,
+) -> tuple[np.ndarray, float]:  # fmt: skip
+    """The policy and value targets `params` asks for, from the root's statistics (both searches)."""
+    by_visits = params.policy_target == "visits" and np.asarray(visits).any()  # not a search stopped at once
+    policy = gumbel.visit_policy(visits) if by_visits else improved
+    return policy, gumbel.root_value(params.value_target, q, visits, probs, v_net, improved, choice)
 
 
 Pending = tuple[list[tuple[GumbelNode, int]], GumbelNode]
@@ -191,7 +213,9 @@ class GumbelSearch:
     def _interior_action(self, node: GumbelNode) -> int:
         if not node.child_n.any():  # every q-hat is 0: the choice is the prior's argmax (mctx's formula)
             return int(np.argmax(node.logits))
-        return gumbel.select_interior(node.logits, self._sigma(node, node.q_hat()), node.child_n)
+        return gumbel.select_interior(
+            node.logits, self._sigma(node, node.q_hat(self.params.rescale)), node.child_n
+        )
 
     def _simulate(self, board: cshogi.Board, root: GumbelNode, action: int) -> Pending | None:
         """Descend from the root through `action`; back up at once unless the leaf needs the network."""
@@ -232,7 +256,7 @@ class GumbelSearch:
             return eligible[order[:run]].tolist()
         if len(eligible) == run:
             return eligible.tolist()
-        sig = self._sigma(root, root.q_hat())
+        sig = self._sigma(root, root.q_hat(self.params.rescale))
         return [gumbel.select_root(gumbel_noise, root.logits, sig, root.child_n, considered, target)]
 
     def run(
@@ -260,11 +284,13 @@ class GumbelSearch:
                 yield
                 self._resolve(pending)
             k += len(actions)
-        q_hat = root.q_hat()
+        p = self.params
+        q_hat = root.q_hat(p.rescale)
         max_n = int(root.child_n.max())
         choice = gumbel.final_move(g, root.logits, self._sigma(root, q_hat), root.child_n, considered)
-        policy = gumbel.improved_policy(root.logits, q_hat, max_n, self.params.c_visit, self.params.c_scale)
-        return GumbelResult(root.moves, root.labels, policy, choice, root.mean_value())
+        improved = gumbel.improved_policy(root.logits, q_hat, max_n, p.c_visit, p.c_scale)
+        policy, value = root_targets(p, improved, root.q(), root.child_n, root.priors, root.value, choice)
+        return GumbelResult(root.moves, root.labels, policy, choice, value)
 
 
 class ReferenceGroup:

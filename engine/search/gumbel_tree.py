@@ -25,7 +25,7 @@ from engine.core.rules import terminal_and_moves
 from engine.search import gumbel
 from engine.search import tree_kernels as tk
 from engine.search.eval_cache import EvalCache
-from engine.search.gumbel_search import GumbelParams, GumbelResult, LeafBatch, search_position
+from engine.search.gumbel_search import GumbelParams, GumbelResult, LeafBatch, root_targets, search_position
 from engine.search.mate import leaf_mate_value
 
 _NO_LOGITS = np.empty(0, dtype=np.float32)
@@ -195,8 +195,8 @@ class SearchGroup:
         p = self.params
         tk.plan_all(
             np.array(running, dtype=np.int64), f.seq, f.seq_len, f.k, f.n_legal, f.N, f.W, f.logit, f.prob,
-            f.g, f.considered, p.c_visit, p.c_scale, f.round, f.work, f.size, f.first, f.child, f.value,
-            f.exact, f.move, f.paths, f.path_moves, f.lengths, f.leaves,
+            f.g, f.considered, p.c_visit, p.c_scale, p.rescale, f.round, f.work, f.size, f.first, f.child,
+            f.value, f.exact, f.move, f.paths, f.path_moves, f.lengths, f.leaves,
         )  # fmt: skip
         self._walk([t for t in running if f.leaves[t]])
         return any(not f.waiting[t] for t in running)
@@ -276,18 +276,20 @@ class SearchGroup:
         n = int(f.n_legal[t])
         v = float(f.value[t, 0])
         N, W = f.N[t], f.W[t]
-        policy = np.empty(n, dtype=np.float64)
+        improved = np.empty(n, dtype=np.float64)
         choice = tk.root_result(
-            n, N, W, f.logit[t], f.prob[t], v, f.g[t], f.considered[t], p.c_visit, p.c_scale, policy, f.work
-        )
+            n, N, W, f.logit[t], f.prob[t], v, f.g[t], f.considered[t], p.c_visit, p.c_scale, p.rescale,
+            improved, f.work,
+        )  # fmt: skip
         total = int(N[:n].sum())
-        value = (v + float(W[:n].sum())) / (1.0 + total)
+        q = W[:n] / np.maximum(N[:n], 1)
+        policy, value = root_targets(p, improved, q, N[:n], f.prob[t, :n], v, choice)
         moves = f.move[t, :n].tolist()
         pv = [moves[choice], *self._most_visited_line(t, int(f.child[t, choice]))]
         result = GumbelResult(moves, f.label[t, :n].copy(), policy, choice, value, pv, total)
         if p.root_lines:  # MultiPV: what the engine reports beside its move
             result.visits = N[:n].copy()
-            result.q = W[:n] / np.maximum(N[:n], 1)
+            result.q = q
             for a in np.flatnonzero(result.visits).tolist():
                 result.lines[a] = self._most_visited_line(t, int(f.child[t, a]))
         return result

@@ -63,6 +63,7 @@ class PuctParams:
     gumbel_considered: int = 16
     gumbel_c_visit: float = gumbel.C_VISIT
     gumbel_c_scale: float = gumbel.C_SCALE
+    gumbel_rescale: bool = gumbel.RESCALE
     gumbel_noise: bool = False  # in play the root's Gumbel noise is off unless asked for
     multipv: int = 1  # root moves the engine reports (gumbel mode keeps their lines: GumbelParams.root_lines)
 
@@ -408,7 +409,8 @@ class Search:
             return PuctResult(None, None, 0.0, [], 0, 0, 0, 0, time.monotonic() - control.start)
         params = GumbelParams(
             sims=control.max_playouts or 64, considered=p.gumbel_considered, c_visit=p.gumbel_c_visit,
-            c_scale=p.gumbel_c_scale, max_moves=p.max_moves, draw_value=self._draw_value(board.turn),
+            c_scale=p.gumbel_c_scale, rescale=p.gumbel_rescale, max_moves=p.max_moves,
+            draw_value=self._draw_value(board.turn),
             noise=p.gumbel_noise, leaf_mate_plies=p.leaf_mate_plies, root_lines=p.multipv > 1,
         )  # fmt: skip
 

@@ -24,9 +24,10 @@ jit = numba.njit(cache=True)
 
 
 @jit
-def sigma_q_hat(f, n, N, W, prob, v, c_visit, c_scale, out):  # noqa: ANN001, ANN201
-    """out[:n] = sigma(rescaled completed Q) of the node whose edges are f..f+n-1 (gumbel.sigma of
-    gumbel.rescale_q of gumbel.completed_q); returns the total visits."""
+def sigma_q_hat(f, n, N, W, prob, v, c_visit, c_scale, rescale, out):  # noqa: ANN001, ANN201
+    """out[:n] = sigma(transformed completed Q) of the node whose edges are f..f+n-1 (gumbel.sigma of
+    gumbel.transform_q of gumbel.completed_q: min-max rescaled, or as it is without `rescale`);
+    returns the total visits."""
     total = 0
     max_n = 0
     p_sum = 0.0
@@ -49,6 +50,8 @@ def sigma_q_hat(f, n, N, W, prob, v, c_visit, c_scale, out):  # noqa: ANN001, AN
         out[i] = q
         lo = min(lo, q)
         hi = max(hi, q)
+    if not rescale:  # absolute Q: win probabilities are already in [0, 1]
+        lo, hi = 0.0, 1.0
     span = max(hi - lo, _EPS)
     scale = (c_visit + max_n) * c_scale
     for i in range(n):
@@ -57,9 +60,9 @@ def sigma_q_hat(f, n, N, W, prob, v, c_visit, c_scale, out):  # noqa: ANN001, AN
 
 
 @jit
-def interior_action(f, n, N, W, logit, prob, v, c_visit, c_scale, work):  # noqa: ANN001, ANN201
+def interior_action(f, n, N, W, logit, prob, v, c_visit, c_scale, rescale, work):  # noqa: ANN001, ANN201
     """gumbel.select_interior: argmax of pi'(a) - N(a) / (1 + sum N); the prior's argmax if unvisited."""
-    total = sigma_q_hat(f, n, N, W, prob, v, c_visit, c_scale, work)
+    total = sigma_q_hat(f, n, N, W, prob, v, c_visit, c_scale, rescale, work)
     if total == 0:
         best = 0
         for i in range(1, n):
@@ -84,8 +87,8 @@ def interior_action(f, n, N, W, logit, prob, v, c_visit, c_scale, work):  # noqa
 
 
 @jit
-def descend(action, root, size, first, child, N, W, logit, prob, value, exact, move, c_visit, c_scale, paths,  # noqa: ANN001, ANN201
-            path_moves, slot, work):  # fmt: skip
+def descend(action, root, size, first, child, N, W, logit, prob, value, exact, move, c_visit, c_scale,  # noqa: ANN001, ANN201
+            rescale, paths, path_moves, slot, work):  # fmt: skip
     """Walk from the root through `action`, then interior choices, until an unexpanded edge or an
     exact node (backed up here); paths[slot, :length] are the edges taken, path_moves[slot] their
     moves. Returns length, or 0 for an exact node: a new leaf gets node index `size` (the caller
@@ -99,7 +102,9 @@ def descend(action, root, size, first, child, N, W, logit, prob, value, exact, m
     node = child[e]
     while node >= 0 and not exact[node]:
         f = first[node]
-        b = interior_action(f, first[node + 1] - f, N, W, logit, prob, value[node], c_visit, c_scale, work)
+        b = interior_action(
+            f, first[node + 1] - f, N, W, logit, prob, value[node], c_visit, c_scale, rescale, work
+        )
         e = f + b
         path[length] = e
         path_moves[length] = move[e]
@@ -238,7 +243,7 @@ def resolve_all(trees, waiting, nodes, rows, slots, lengths, paths, policy, valu
 
 
 @jit
-def plan_round(seq, k, f, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, out, work):  # noqa: ANN001, ANN201
+def plan_round(seq, k, f, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, rescale, out, work):  # noqa: ANN001, ANN201
     """The root actions of the next simulations that can run together (engine.search.gumbel_search's
     `_round`): the first visits in g + logits order, a whole round when every eligible action gets a
     visit, otherwise sequential halving's single choice. Returns how many were written to `out`."""
@@ -265,7 +270,7 @@ def plan_round(seq, k, f, n, N, W, logit, prob, v, g, considered, c_visit, c_sca
         return taken
     if eligible == run:
         return run
-    sigma_q_hat(f, n, N, W, prob, v, c_visit, c_scale, work)
+    sigma_q_hat(f, n, N, W, prob, v, c_visit, c_scale, rescale, work)
     l_max = -np.inf
     for i in range(n):
         l_max = max(l_max, logit[f + i])
@@ -281,16 +286,18 @@ def plan_round(seq, k, f, n, N, W, logit, prob, v, g, considered, c_visit, c_sca
 
 
 @jit
-def plan_and_descend(seq, k, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, out, work, size, first,  # noqa: ANN001, ANN201
-                     child, value, exact, move, paths, path_moves, lengths):  # fmt: skip
+def plan_and_descend(seq, k, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, rescale, out, work,  # noqa: ANN001, ANN201
+                     size, first, child, value, exact, move, paths, path_moves, lengths):  # fmt: skip
     """plan_round at the root (node 0, n edges), then `descend` through each planned action (distinct
     actions: disjoint subtrees, so no descent depends on another's leaf). Returns (actions planned,
     new leaves): leaf i is node size + i, reached by paths[i, :lengths[i]] (moves path_moves[i])."""
-    count = plan_round(seq, k, 0, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, out, work)
+    count = plan_round(
+        seq, k, 0, n, N, W, logit, prob, v, g, considered, c_visit, c_scale, rescale, out, work
+    )
     leaves = 0
     for j in range(count):
         length = descend(out[j], 0, size + leaves, first, child, N, W, logit, prob, value, exact, move,
-                         c_visit, c_scale, paths, path_moves, leaves, work)  # fmt: skip
+                         c_visit, c_scale, rescale, paths, path_moves, leaves, work)  # fmt: skip
         if length:
             lengths[leaves] = length
             leaves += 1
@@ -298,26 +305,27 @@ def plan_and_descend(seq, k, n, N, W, logit, prob, v, g, considered, c_visit, c_
 
 
 @jit
-def plan_all(trees, seq, seq_len, k, n_legal, N, W, logit, prob, g, considered, c_visit, c_scale, out, work,  # noqa: ANN001, ANN201
-             size, first, child, value, exact, move, paths, path_moves, lengths, leaves):  # fmt: skip
+def plan_all(trees, seq, seq_len, k, n_legal, N, W, logit, prob, g, considered, c_visit, c_scale, rescale,  # noqa: ANN001, ANN201
+             out, work, size, first, child, value, exact, move, paths, path_moves, lengths,
+             leaves):  # fmt: skip
     """plan_and_descend for each tree t in `trees` (its root is node 0, its schedule seq[t,
     :seq_len[t]] from k[t] on): k[t] advances by the actions planned, leaves[t] is how many new
     leaves its round reached."""
     for t in trees:
         count, leaves[t] = plan_and_descend(
             seq[t, : seq_len[t]], k[t], n_legal[t], N[t], W[t], logit[t], prob[t], value[t, 0], g[t],
-            considered[t], c_visit, c_scale, out, work, size[t], first[t], child[t], value[t], exact[t],
-            move[t], paths[t], path_moves[t], lengths[t],
+            considered[t], c_visit, c_scale, rescale, out, work, size[t], first[t], child[t], value[t],
+            exact[t], move[t], paths[t], path_moves[t], lengths[t],
         )  # fmt: skip
         k[t] += count
 
 
 @jit
-def root_result(n, N, W, logit, prob, v, g, considered, c_visit, c_scale, policy, work):  # noqa: ANN001, ANN201
+def root_result(n, N, W, logit, prob, v, g, considered, c_visit, c_scale, rescale, policy, work):  # noqa: ANN001, ANN201
     """The root's outcome (edges 0..n-1): policy[:n] = gumbel.improved_policy, and the returned
     move index is gumbel.final_move's (argmax of g + logits + sigma(q_hat) among the most visited
     considered actions, first index on ties)."""
-    sigma_q_hat(0, n, N, W, prob, v, c_visit, c_scale, work)
+    sigma_q_hat(0, n, N, W, prob, v, c_visit, c_scale, rescale, work)
     z_max = -np.inf
     l_max = -np.inf
     most = 0

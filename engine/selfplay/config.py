@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from engine.errors import UserError
 from engine.fileio import check_output_dir
+from engine.search.gumbel import POLICY_TARGETS, Q_TRANSFORMS, VALUE_TARGETS
 from engine.usi_spec import DEFAULT_MOVE_TIMEOUT, EngineSpec
 
 if TYPE_CHECKING:  # numpy, cshogi and numba: not for bin/selfplay's flags
@@ -39,6 +40,9 @@ class SelfPlayConfig:
     considered: int = 16
     c_visit: float = 50.0
     c_scale: float = 1.0
+    q_transform: str = "minmax"  # sigma's input: Q min-max rescaled (mctx) or "absolute" (as it is)
+    policy_target: str = "improved"  # the improved policy, or "visits" (the root's visit counts)
+    value_target: str = "mean"  # eval written: "mean" (root mean), "policy" (sum pi' q), "chosen" (its Q)
     max_moves: int = 320
     leaf_mate_plies: int = 1  # mate probe at each new leaf (engine.search.mate.leaf_mate_value)
     random_plies: int = 0
@@ -81,6 +85,12 @@ class SelfPlayConfig:
             (0 <= self.fast_sims <= self.sims, "--fast-sims must be 0..--sims"),
             (self.considered >= 1, "--considered must be >= 1"),
             (self.c_visit >= 0 and self.c_scale >= 0, "--c-visit and --c-scale must be >= 0"),
+            (self.q_transform in Q_TRANSFORMS, f"--q-transform must be one of {', '.join(Q_TRANSFORMS)}"),
+            (
+                self.policy_target in POLICY_TARGETS,
+                f"--policy-target must be one of {', '.join(POLICY_TARGETS)}",
+            ),
+            (self.value_target in VALUE_TARGETS, f"--value-target must be one of {', '.join(VALUE_TARGETS)}"),
             (self.max_moves >= 1, "--max-moves must be >= 1"),
             (0 <= self.leaf_mate_plies <= MAX_LEAF_PLIES, f"--leaf-mate must be 0..{MAX_LEAF_PLIES}"),
             (self.random_plies >= 0, "--random-plies must be >= 0"),
@@ -153,7 +163,8 @@ class SelfPlayConfig:
 
         return GumbelParams(
             self.fast_search_sims if fast else self.sims, self.considered, self.c_visit, self.c_scale,
-            self.max_moves, leaf_mate_plies=self.leaf_mate_plies,
+            rescale=self.q_transform == "minmax", policy_target=self.policy_target,
+            value_target=self.value_target, max_moves=self.max_moves, leaf_mate_plies=self.leaf_mate_plies,
         )  # fmt: skip
 
 

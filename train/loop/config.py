@@ -58,6 +58,11 @@ class LoopConfig:
     ray: str = ""  # a Ray cluster's address (auto or HEAD:6379): self-play on its nodes, never waiting
     max_moves: int = 320
     random_plies: int = 0
+    # the self-play targets (bin/selfplay's flags of the same names; docs/selfplay.md)
+    c_scale: float = 1.0
+    q_transform: str = "minmax"
+    policy_target: str = "improved"
+    value_target: str = "mean"
     # self-play games against an external USI engine (bootstrapping from it, as dlshogi did from elmo)
     usi_engine: str | None = None  # its command line
     usi_option: str = ""  # "NAME=VALUE,NAME=VALUE"
@@ -73,6 +78,9 @@ class LoopConfig:
     extra_share: float = 0.0  # their share of a generation's positions, files taken in turn (0: all, always)
     test: str = ""  # comma-separated held-out records each generation is measured on (e.g. an engine's games)
     val_lambda: float = 0.0  # trainer's mix of the stored eval into the value target
+    hcpe3_average: bool = False  # the trainer merges duplicate positions (bin/train --hcpe3-average)
+    mirror: float = 0.0  # the trainer's left-right mirror probability
+    ema: float = 0.0  # the trainer's EMA decay of the weights (0: off)
     epochs: str = "1"
     batch_size: str = "256"
     lr: str = "0.01"
@@ -190,6 +198,10 @@ def selfplay_config(cfg: LoopConfig, g: int, folder: Path, model: Path, before: 
         fast_sims=cfg.fast_sims,
         max_moves=cfg.max_moves,
         random_plies=cfg.random_plies,
+        c_scale=cfg.c_scale,
+        q_transform=cfg.q_transform,
+        policy_target=cfg.policy_target,
+        value_target=cfg.value_target,
         seed=cfg.seed * 1_000_003 + g * 10_007 + before,  # resumed games differ from the first ones
         model=str(model),
         backend=cfg.backend,

@@ -168,6 +168,9 @@ def step_train(cfg: LoopConfig, paths: RunPaths, g: int, log: Callable[[str], No
     train_config = TrainConfig(
         data=[str(f) for f in [*files, *extra]],
         val_lambda=cfg.val_lambda,
+        hcpe3_average=cfg.hcpe3_average,
+        mirror=cfg.mirror,
+        ema=cfg.ema,
         out=str(out),
         init=str(paths.checkpoint(best_before(cfg, paths, g))),
         resume=resume,

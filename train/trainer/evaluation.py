@@ -52,10 +52,11 @@ def evaluate(
     net: nn.Module, loader: Iterable[Batch], device: torch.device, dtype: torch.dtype | None
 ) -> dict[str, float]:
     """Test losses and accuracies: policy top-1 against the target's argmax (rows with a policy);
-    value sign against the result on decisive positions (a draw has no right side of 0.5)."""
+    value sign against the result on decisive positions (a draw has no right side of 0.5); the
+    entropy of the network's policy on rows with a policy (a net trained on sharp targets sharpens)."""
     was_training = net.training
     net.eval()
-    sums = torch.zeros(7, dtype=torch.float64, device=device)
+    sums = torch.zeros(8, dtype=torch.float64, device=device)
     for batch in loader:
         b = to_device(batch, device)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
@@ -72,15 +73,17 @@ def evaluate(
                 torch.tensor(len(v), device=device),
                 (((v > 0) == (b.result > 0.5)) & decisive).sum(),
                 decisive.sum(),
+                (-(F.softmax(logits.float(), 1) * F.log_softmax(logits.float(), 1)).sum(1) * mask).sum(),
             ]
         ).double()
     net.train(was_training)
-    p_loss, p_rows, p_hit, v_loss, rows, v_hit, decisive_rows = sums.tolist()
+    p_loss, p_rows, p_hit, v_loss, rows, v_hit, decisive_rows, p_entropy = sums.tolist()
     return {
         "test_policy_loss": p_loss / max(p_rows, 1),
         "test_value_loss": v_loss / max(rows, 1),
         "test_policy_acc": p_hit / max(p_rows, 1),
         "test_value_acc": v_hit / max(decisive_rows, 1),
+        "test_policy_entropy": p_entropy / max(p_rows, 1),
         "test_positions": int(rows),
     }
 
