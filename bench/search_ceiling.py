@@ -24,6 +24,11 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
+# the USI search's positions (bench/nps.py times the same two): (sfen, moves)
+POSITIONS = {
+    "startpos": ("lnsgkgsnl/1r5b1/ppppppppp/9/9/9/PPPPPPPPP/1B5R1/LNSGKGSNL b - 1", []),
+    "middle": ("ln3g1nl/1g4sk1/p1p1Pp1pp/1p2p4/3ps4/+B1P6/PPSP1PPPP/3KG4/LN3GSNL b Rrbp 51", []),
+}
 
 
 def _uniform_evaluator(max_batch: int):
@@ -75,10 +80,8 @@ def selfplay_figures(games: int, sims: int, max_moves: int) -> dict[str, float]:
 
 
 def playout_rates(search_type, params_type, control_type, ev, batch: int, playouts: int) -> dict[str, float]:
-    """PUCT playouts/s from each of bench/nps.py's POSITIONS, the root evaluated before the clock starts;
-    the classes are arguments so that either checkout's can be measured."""
-    from bench.nps import POSITIONS
-
+    """PUCT playouts/s from each of POSITIONS, the root evaluated before the clock starts; the classes are
+    arguments so that either checkout's can be measured."""
     out = {}
     for name, (sfen, moves) in POSITIONS.items():
         search = search_type(ev, params_type(), batch_size=batch)

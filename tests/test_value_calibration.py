@@ -1,5 +1,6 @@
-"""bench/value_calibration.py: the logistic scale fit that says whether a teacher's scores and a
-network's value are on the scale training and search read them on."""
+"""The value-confidence entry's driver (docs/experiments/2026-12-03-value-confidence/value_calibration.py):
+the logistic scale fit that says whether a teacher's scores and a network's value are on the scale
+training and search read them on."""
 
 from __future__ import annotations
 
@@ -10,13 +11,12 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+DRIVER = REPO / "docs" / "experiments" / "2026-12-03-value-confidence" / "value_calibration.py"
 
 
 @pytest.fixture(scope="module")
 def calib():
-    spec = importlib.util.spec_from_file_location(
-        "value_calibration", REPO / "bench" / "value_calibration.py"
-    )
+    spec = importlib.util.spec_from_file_location("value_calibration", DRIVER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

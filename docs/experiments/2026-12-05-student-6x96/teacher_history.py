@@ -5,7 +5,8 @@ teacher's first move given the last moves against the same network given the bar
 planes empty), and a student's first move against both. It tells whether the teacher's labels carry
 information the student's inputs lack, and whether the teacher without history is still the same player.
 
-  bench/teacher_history.py models/heldout/miniosl-seed2 [--model models/default.pt] [--batch 64]
+  docs/experiments/2026-12-05-student-6x96/teacher_history.py models/heldout/miniosl-seed2 \
+      [--model models/default.pt] [--batch 64]
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository
 
 import cshogi  # noqa: E402
 import numpy as np  # noqa: E402

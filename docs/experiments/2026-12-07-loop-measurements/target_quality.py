@@ -8,7 +8,8 @@ on dlshogi's scale, the input game's result), e.g. gpsshogi at 1 s a position:
 
   bin/rescore --out runs/bench/m2/judge-fsf.hcpe --engine /usr/games/gpsusi --option Thread=1 \
       --byoyomi 1000 --positions 120 --shuffle 7 --parallel 1 models/heldout/fsf-200k.hcpe
-  bench/target_quality.py runs/bench/m2/judge-fsf.hcpe --sims 16,32,64,128,256,800
+  docs/experiments/2026-12-07-loop-measurements/target_quality.py runs/bench/m2/judge-fsf.hcpe \
+      --sims 16,32,64,128,256,800
 
 Each search is self-play's Gumbel search (engine.search.gumbel_tree, with the root's Gumbel noise,
 16 actions considered, a 1-ply leaf mate probe), one per position and n, seeded by --seed; the target
@@ -23,13 +24,14 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "2026-12-03-value-confidence"))  # its reader
 
 import cshogi  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
+from value_calibration import boards_and_results  # noqa: E402
 
-from bench.value_calibration import boards_and_results  # noqa: E402
 from engine.backends.choose import create_evaluator  # noqa: E402
 from engine.core.score import eval_to_value  # noqa: E402
 from engine.errors import UserError, cli_main  # noqa: E402
@@ -93,7 +95,7 @@ def report(figures: dict, evals: np.ndarray, sims: list[int]) -> list[str]:
     return lines
 
 
-@cli_main("bench/target_quality.py")
+@cli_main("target_quality.py")
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("judged", nargs="+", help="hcpe files written by bin/rescore (the judge's rows)")

@@ -7,7 +7,8 @@ uses `Softmax_Temperature`, 1.74 by default).
 Two models whose cross-entropy differs at T = 1 but not at their best T differ in how sharp their
 policy is, not in how well they rank the moves.
 
-    python bench/policy_temperature.py MODEL [MODEL ...] [--test models/heldout/fsf-200k.hcpe]
+    python docs/experiments/2026-12-02-selfplay-128-sims/policy_temperature.py MODEL [MODEL ...] \
+        [--test models/heldout/fsf-200k.hcpe]
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository
 
 import cshogi  # noqa: E402
 import numpy as np  # noqa: E402
@@ -26,7 +27,7 @@ from engine.core.features import features_from_hcps  # noqa: E402
 from engine.core.moves import labels_from_move16, legal_moves_and_labels  # noqa: E402
 from engine.core.network import load_model  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 TEMPERATURES = (0.8, 1.0, 1.2, 1.5, 1.74, 2.0)
 
 

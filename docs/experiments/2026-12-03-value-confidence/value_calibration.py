@@ -10,7 +10,8 @@ For each file it prints, against the result of each row's game from the mover's 
 - with --model: the temperature T that fits sigmoid(logit / T) best for the network's value, next to
   T = 1 (the network as it is): T > 1 means the network is more confident than its results allow.
 
-  bench/value_calibration.py --model models/default.pt models/heldout/fsf-200k.hcpe corpus.hcpe
+  docs/experiments/2026-12-03-value-confidence/value_calibration.py --model models/default.pt \
+      models/heldout/fsf-200k.hcpe corpus.hcpe
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository
 
 import cshogi  # noqa: E402
 import numpy as np  # noqa: E402
@@ -97,7 +98,7 @@ def report(path: str, ev: Evaluator | None) -> list[str]:
     return lines
 
 
-@cli_main("bench/value_calibration.py")
+@cli_main("value_calibration.py")
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("records", nargs="+", help="hcpe files")

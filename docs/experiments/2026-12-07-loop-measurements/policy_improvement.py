@@ -13,8 +13,8 @@ the games a point already has and plays only what --games adds (new openings: th
 the run resumes after a stop and grows by rerunning with more --games. At the end (or with
 --report) it prints each point's W-L-D and Elo with its 95 % interval.
 
-  nice -n 15 bench/policy_improvement.py --out runs/bench/policy_improvement.jsonl \
-      --sims 16,32,64,128,256,800 --modes gumbel,puct --games 20
+  nice -n 15 docs/experiments/2026-12-07-loop-measurements/policy_improvement.py \
+      --out runs/bench/policy_improvement.jsonl --sims 16,32,64,128,256,800 --modes gumbel,puct --games 20
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository
 
 from engine.errors import UserError, cli_main  # noqa: E402
 from engine.fileio import atomic_write_text  # noqa: E402
 from engine.match.elo import elo_estimate  # noqa: E402
 from engine.usi_spec import EngineSpec, GoLimit  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 ENGINE = str(ROOT / "bin" / "usi_engine")
 BOOK = "/usr/share/gpsshogi-data/data/joseki.dat"
 OPPONENTS = ("policy", "quarter")
