@@ -48,7 +48,7 @@ def test_schedule_spends_exactly_the_budget(m, n):
 
 
 def test_sigma_and_rescale():
-    np.testing.assert_allclose(gumbel.sigma(np.array([0.0, 0.5, 1.0]), 4), [0.0, 27.0, 54.0])
+    np.testing.assert_allclose(gumbel.sigma(np.array([0.0, 0.5, 1.0]), 4, c_scale=1.0), [0.0, 27.0, 54.0])
     np.testing.assert_allclose(gumbel.sigma(np.array([1.0]), 0, c_visit=10, c_scale=0.1), [1.0])
     np.testing.assert_allclose(gumbel.rescale_q(np.array([0.2, 0.6, 0.4])), [0.0, 1.0, 0.5])
     np.testing.assert_array_equal(gumbel.rescale_q(np.array([0.3, 0.3])), [0.0, 0.0])

@@ -117,7 +117,7 @@ def test_leaf_mate_probe_puts_the_policy_target_on_a_mate_in_three():
     board = cshogi.Board("8k/9/7L1/7s1/9/9/9/9/4K4 b R 1")
     n = len(list(board.legal_moves))
     for plies, mass in ((1, 2 / n), (3, 1.0)):
-        params = GumbelParams(sims=n, considered=n, noise=False, leaf_mate_plies=plies)
+        params = GumbelParams(sims=n, considered=n, c_scale=1.0, noise=False, leaf_mate_plies=plies)
         ref, fast = _both(board, ev, params, seed=1)
         _assert_same(ref, fast)
         mating = [i for i, m in enumerate(fast.moves) if cshogi.move_to_usi(m) in ("R*1d", "R*2a")]

@@ -36,6 +36,7 @@ def tiny(run: Path, **overrides) -> LoopConfig:
         eval_random_plies=2,
         eval_batch=4,
         eval_timeout=60.0,
+        hcpe3_average=False,  # every self-play position a training position: the tests count them
         progress=False,
     )
     return LoopConfig(**{**base, **overrides})

@@ -120,7 +120,7 @@ def test_target_and_trainer_flags_reach_self_play_and_training(tmp_path, monkeyp
     bin_loop = importlib.util.module_from_spec(importlib.util.spec_from_loader("bin_loop", loader))
     loader.exec_module(bin_loop)
     flags = "--c-scale 0.1 --q-transform absolute --policy-target visits --value-target chosen"
-    flags += " --hcpe3-average --mirror 0.5 --ema 0.99 --val-lambda 1"
+    flags += " --no-hcpe3-average --mirror 0.25 --ema 0.99 --val-lambda 1"
     args = vars(bin_loop.parser().parse_args(["--dir", str(tmp_path / "run"), *flags.split()]))
     names = "c_scale q_transform policy_target value_target hcpe3_average mirror ema val_lambda".split()
     cfg = LoopConfig(**{**tiny(tmp_path / "run").__dict__, **{k: args[k] for k in names}})
@@ -144,6 +144,15 @@ def test_target_and_trainer_flags_reach_self_play_and_training(tmp_path, monkeyp
     shutil.copy(next((REPO / "models" / "heldout" / "miniosl-seed2").glob("*.hcpe3")), sp / "games.hcpe3")
     with pytest.raises(Interrupted, match="training stopped"):
         step_train(cfg, RunPaths(tmp_path / "run"), 1, lambda _: None)
-    assert (seen["hcpe3_average"], seen["mirror"], seen["ema"], seen["val_lambda"]) == (True, 0.5, 0.99, 1.0)
+    assert (seen["hcpe3_average"], seen["mirror"], seen["ema"], seen["val_lambda"]) == (
+        False,
+        0.25,
+        0.99,
+        1.0,
+    )
+    # the defaults: stage 9's training flags, the measured targets (docs/selfplay.md#targets)
+    d = vars(bin_loop.parser().parse_args([]))
+    assert (d["hcpe3_average"], d["mirror"], d["val_lambda"]) == (True, 0.5, 0.8)
+    assert (d["c_scale"], d["q_transform"], d["value_target"]) == (0.1, "minmax", "policy")
     with pytest.raises(SystemExit):
         bin_loop.parser().parse_args(["--value-target", "best"])

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 C_VISIT = 50.0
-C_SCALE = 1.0
+C_SCALE = 0.1  # mctx's default; 1.0 made near one-hot targets (docs/selfplay.md#targets)
 RESCALE = True  # sigma of min-max rescaled Q (mctx's qtransform_completed_by_mix_value)
 Q_TRANSFORMS = ("minmax", "absolute")  # sigma's input: rescale_q's, or Q as it is (RESCALE False)
 POLICY_TARGETS = ("improved", "visits")  # what a search writes as its policy target

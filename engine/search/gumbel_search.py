@@ -43,7 +43,7 @@ class GumbelParams:
     c_scale: float = gumbel.C_SCALE
     rescale: bool = gumbel.RESCALE  # sigma of min-max rescaled Q (mctx); False: of Q as it is
     policy_target: str = "improved"  # gumbel.POLICY_TARGETS: the improved policy, or the visit counts
-    value_target: str = "mean"  # gumbel.VALUE_TARGETS: the value a search returns (written as eval)
+    value_target: str = "policy"  # gumbel.VALUE_TARGETS: the value a search returns (written as eval)
     max_moves: int | None = DEFAULT_MAX_MOVES
     draw_value: float = 0.5  # a draw's value for the side to move at the root (1 - it for the other)
     noise: bool = True  # Gumbel noise at the root (self-play explores; play may turn it off)

@@ -39,10 +39,12 @@ class SelfPlayConfig:
     fast_sims: int = 0  # 0: sims // 8 (at least 2)
     considered: int = 16
     c_visit: float = 50.0
-    c_scale: float = 1.0
+    # the targets (docs/selfplay.md#targets): mctx's c_scale 0.1 and the improved policy's expected Q, as
+    # bench/targets.py measured them (c_scale 1 gave near one-hot targets, the root mean a biased value)
+    c_scale: float = 0.1
     q_transform: str = "minmax"  # sigma's input: Q min-max rescaled (mctx) or "absolute" (as it is)
     policy_target: str = "improved"  # the improved policy, or "visits" (the root's visit counts)
-    value_target: str = "mean"  # eval written: "mean" (root mean), "policy" (sum pi' q), "chosen" (its Q)
+    value_target: str = "policy"  # eval written: "policy" (sum pi' q), "mean" (root mean), "chosen" (its Q)
     max_moves: int = 320
     leaf_mate_plies: int = 1  # mate probe at each new leaf (engine.search.mate.leaf_mate_value)
     random_plies: int = 0

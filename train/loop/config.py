@@ -59,10 +59,10 @@ class LoopConfig:
     max_moves: int = 320
     random_plies: int = 0
     # the self-play targets (bin/selfplay's flags of the same names; docs/selfplay.md)
-    c_scale: float = 1.0
+    c_scale: float = 0.1
     q_transform: str = "minmax"
     policy_target: str = "improved"
-    value_target: str = "mean"
+    value_target: str = "policy"
     # self-play games against an external USI engine (bootstrapping from it, as dlshogi did from elmo)
     usi_engine: str | None = None  # its command line
     usi_option: str = ""  # "NAME=VALUE,NAME=VALUE"
@@ -77,9 +77,11 @@ class LoopConfig:
     extra_data: str = ""  # comma-separated records (files or folders) mixed into training (an anchor)
     extra_share: float = 0.0  # their share of a generation's positions, files taken in turn (0: all, always)
     test: str = ""  # comma-separated held-out records each generation is measured on (e.g. an engine's games)
-    val_lambda: float = 0.0  # trainer's mix of the stored eval into the value target
-    hcpe3_average: bool = False  # the trainer merges duplicate positions (bin/train --hcpe3-average)
-    mirror: float = 0.0  # the trainer's left-right mirror probability
+    # as stage 9 was trained: the stored eval weighs 0.8 (game results alone taught a one-generation
+    # fine-tune the wrong value), duplicate positions merged, half the batches mirrored
+    val_lambda: float = 0.8  # trainer's mix of the stored eval into the value target
+    hcpe3_average: bool = True  # the trainer merges duplicate positions (bin/train --hcpe3-average)
+    mirror: float = 0.5  # the trainer's left-right mirror probability
     ema: float = 0.0  # the trainer's EMA decay of the weights (0: off)
     epochs: str = "1"
     batch_size: str = "256"
