@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     today = (gumbel.C_SCALE, "minmax" if gumbel.RESCALE else "absolute")
     default = next((s for s in settings if setting(s) == today), "")
-    print("\n".join(table(policy, value, (default, "improved", "mean"))), flush=True)
+    d = GumbelParams()
+    print("\n".join(table(policy, value, (default, d.policy_target, d.value_target))), flush=True)
 
 
 if __name__ == "__main__":

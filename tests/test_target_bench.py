@@ -28,12 +28,12 @@ def test_policy_columns_hand_computed():
 def test_a_run_on_engine_games_marks_todays_default(tiny_model, capsys):
     games = REPO / "models" / "heldout" / "fsf-200k.hcpe"
     targets.main([str(games), "--judge", str(games), "--model", str(tiny_model), "--positions", "12",
-                  "--sims", "8", "--settings", "sharp,0.3:absolute", "--no-progress"])  # fmt: skip
+                  "--sims", "8", "--settings", "mctx,0.3:absolute", "--no-progress"])  # fmt: skip
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("positions 12, judged 12, consecutive pairs ")
     assert int(out[0].split("consecutive pairs ")[1].split(";")[0]) >= 8  # engine games, in order
-    assert any(line.split()[:3] == ["sharp", "8", "improved*"] for line in out)
-    assert any(line.split()[:3] == ["sharp", "8", "mean*"] for line in out)
+    assert any(line.split()[:3] == ["mctx", "8", "policy*"] for line in out)
+    assert any(line.split()[:3] == ["mctx", "8", "improved*"] for line in out)
     assert any(line.split()[:3] == ["0.3:absolute", "8", "chosen"] for line in out)
     assert targets.main([str(games), "--settings", "0.3:rescaled"]) == 2
     assert "--settings: '0.3:rescaled' is neither" in capsys.readouterr().err
