@@ -184,6 +184,17 @@ def setting(name: str) -> tuple[float, str]:
     return c_scale, transform
 
 
+def parse_sims(text: str) -> list[int]:
+    """`32,64,128` -> sorted simulation counts (each >= 2)."""
+    try:
+        sims = sorted(int(x) for x in text.split(","))
+    except ValueError:
+        raise UserError(f"--sims: cannot read {text!r}") from None
+    if not sims or sims[0] < 2:
+        raise UserError("--sims: give simulations >= 2")
+    return sims
+
+
 def table(policy: dict, value: dict, default: tuple[str, str, str]) -> list[str]:
     """The two tables; the row of today's default settings is marked with *."""
 
@@ -218,12 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", dest="progress", action="store_false")
     a = p.parse_args(argv)
-    try:
-        sims = sorted(int(x) for x in a.sims.split(","))
-    except ValueError:
-        raise UserError(f"--sims: cannot read {a.sims!r}") from None
-    if not sims or sims[0] < 2:
-        raise UserError("--sims: give simulations >= 2")
+    sims = parse_sims(a.sims)
     settings = [s.strip() for s in a.settings.split(",") if s.strip()]
     for s in settings:
         setting(s)

@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 from value_calibration import boards_and_results  # noqa: E402
 
+from bench.targets import parse_sims  # noqa: E402
 from engine.backends.choose import create_evaluator  # noqa: E402
 from engine.core.score import eval_to_value  # noqa: E402
 from engine.errors import UserError, cli_main  # noqa: E402
@@ -104,12 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", dest="progress", action="store_false")
     a = p.parse_args(argv)
-    try:
-        sims = sorted(int(x) for x in a.sims.split(","))
-    except ValueError:
-        raise UserError(f"--sims: cannot read {a.sims!r}") from None
-    if not sims or sims[0] < 2:
-        raise UserError("--sims: give simulations >= 2")
+    sims = parse_sims(a.sims)
     rows = np.concatenate([read_hcpe(path) for path in a.judged])
     if not len(rows):
         raise UserError(f"{', '.join(a.judged)}: no positions")
